@@ -1,0 +1,41 @@
+"""Tiny randomly initialised Llama trios built from configs: pure logic, milliseconds per forward."""
+
+import copy
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from treegraft.models import Trio
+
+
+def tiny_llama(seed: int, vocab: int = 96, hidden: int = 32, layers: int = 2, heads: int = 4, kv: int = 2,
+               ctx: int = 256) -> LlamaForCausalLM:
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 2,
+                      num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv,
+                      max_position_embeddings=ctx, eos_token_id=None, bos_token_id=None, pad_token_id=None,
+                      attn_implementation="sdpa")
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(cfg).eval()
+    # Sharpen the output so greedy paths are long and agreement among relatives is meaningful.
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)
+    return model
+
+
+def perturbed(model, scale: float, seed: int):
+    """A drafter that agrees with `model` often but not always."""
+    other = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * scale * p.std().clamp_min(1e-3))
+    return other
+
+
+def tiny_trio(weak="perturbed", strong="copy", vocab=96, seed=0, ctx=256) -> Trio:
+    target = tiny_llama(seed, vocab=vocab, ctx=ctx)
+    makers = {"copy": lambda s: copy.deepcopy(target),
+              "perturbed": lambda s: perturbed(target, 0.5, s),
+              "random": lambda s: tiny_llama(100 + s, vocab=vocab, hidden=16, layers=1, ctx=ctx)}
+    return Trio(target, makers[weak](1), makers[strong](2), None, torch.device("cpu"), torch.float32,
+                {"target": "tiny", "weak": weak, "strong": strong})

@@ -1,0 +1,55 @@
+"""EAGLE-2-style dynamic tree drafting with one drafter.
+
+Depth 1: the root's top-k children. Depth 2..D: the `width` best frontier nodes by path value are
+run through the drafter in ONE batched tree-attention forward, each gets its top-k children.
+Every candidate stays in the pool; the final budgeted rerank is `tree.select`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .kv import Runner
+from .tree import ROOT, DraftTree
+
+
+def add_children(tree: DraftTree, parent: int, logp: torch.Tensor, k: int, origin: str, role: str) -> list[int]:
+    """Give `parent` its top-k children under this drafter's log-probs (existing children merge)."""
+    top = torch.topk(logp, k)
+    made = []
+    for lp, tok in zip(top.values.tolist(), top.indices.tolist()):
+        i, created = tree.add(parent, tok, lp, origin, **{f"{role}_logp": lp})
+        if created:
+            made.append(i)
+    return made
+
+
+def expand(runner: Runner, tree: DraftTree, parents: list[int], root_pos: int, k: int,
+           origin: str, role: str) -> torch.Tensor:
+    """One batched drafter forward over `parents`; returns their log-probs [len(parents), V]."""
+    logp = torch.log_softmax(runner.forward_nodes(tree, parents, root_pos), dim=-1)
+    for row, i in enumerate(parents):
+        tree.nodes[i].expanded_by = role
+        tree.rows[role][i] = logp[row]
+        add_children(tree, i, logp[row], k, origin, role)
+    return logp
+
+
+def draft_tree(runner: Runner, seq: list[int], depth: int, topk: int, width: int | None = None,
+               role: str = "weak", origin: str | None = None) -> tuple[DraftTree, int]:
+    """Build a drafter's candidate pool below the root seq[-1]. Returns (tree, drafter forwards)."""
+    origin = origin or role
+    width = width or topk
+    tree = DraftTree()
+    root_pos = len(seq) - 1
+    root_logp = torch.log_softmax(runner.catch_up(seq)[0], dim=-1)
+    tree.rows[role][ROOT] = root_logp
+    add_children(tree, ROOT, root_logp, topk, origin, role)
+    forwards = 1
+    for d in range(1, depth):
+        frontier = [n.id for n in tree.nodes if n.depth == d and n.expanded_by is None]
+        if not frontier:
+            break
+        expand(runner, tree, tree.top(width, frontier), root_pos, topk, origin, role)
+        forwards += 1
+    return tree, forwards

