@@ -9,7 +9,7 @@ from treegraft.models import Trio
 
 
 def tiny_llama(seed: int, vocab: int = 96, hidden: int = 32, layers: int = 2, heads: int = 4, kv: int = 2,
-               ctx: int = 256) -> LlamaForCausalLM:
+               ctx: int = 256, sharpen: float = 8.0) -> LlamaForCausalLM:
     cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 2,
                       num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv,
                       max_position_embeddings=ctx, eos_token_id=None, bos_token_id=None, pad_token_id=None,
@@ -18,7 +18,7 @@ def tiny_llama(seed: int, vocab: int = 96, hidden: int = 32, layers: int = 2, he
     model = LlamaForCausalLM(cfg).eval()
     # Sharpen the output so greedy paths are long and agreement among relatives is meaningful.
     with torch.no_grad():
-        model.lm_head.weight.mul_(8.0)
+        model.lm_head.weight.mul_(sharpen)
     return model
 
 
@@ -32,8 +32,8 @@ def perturbed(model, scale: float, seed: int):
     return other
 
 
-def tiny_trio(weak="perturbed", strong="copy", vocab=96, seed=0, ctx=256) -> Trio:
-    target = tiny_llama(seed, vocab=vocab, ctx=ctx)
+def tiny_trio(weak="perturbed", strong="copy", vocab=96, seed=0, ctx=256, sharpen=8.0) -> Trio:
+    target = tiny_llama(seed, vocab=vocab, ctx=ctx, sharpen=sharpen)
     makers = {"copy": lambda s: copy.deepcopy(target),
               "perturbed": lambda s: perturbed(target, 0.5, s),
               "random": lambda s: tiny_llama(100 + s, vocab=vocab, hidden=16, layers=1, ctx=ctx)}

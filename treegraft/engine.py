@@ -127,9 +127,10 @@ class Engine:
     def step(self) -> StepRecord:
         cfg, seq, clock = self.cfg, self.seq, Clock(self.trio.device)
         fw0 = {r.name: r.forwards for r in (self.target, self.weak, self.strong)}
-        depth = min(cfg.depth, self.trio.context_len - len(seq))  # positions must fit the window
+        # Accepted tokens + bonus must fit the context window.
+        depth = min(cfg.depth, self.trio.context_len - len(seq) - 1)
         rec = StepRecord(len(self.records), cfg.method, seq[-1], len(seq) - 1)
-        if cfg.method == "ar":
+        if cfg.method == "ar" or depth < 1:
             tree, selected = DraftTree(), []
         else:
             drafter = self.strong if cfg.method == "tree-strong" else self.weak
@@ -201,7 +202,7 @@ class Engine:
 
     def cut(self, new: list[int]) -> list[int]:
         """Stop at the first eos and at max_new_tokens: output equals what the target would emit."""
-        room = self.cfg.max_new_tokens - len(self.new_tokens)
+        room = min(self.cfg.max_new_tokens - len(self.new_tokens), self.trio.context_len - len(self.seq))
         new = new[:max(0, room)]
         for j, t in enumerate(new):
             if t in self.trio.eos_ids:

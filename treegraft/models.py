@@ -18,12 +18,7 @@ from pathlib import Path
 
 import torch
 
-# No hub at run time: a missing model must fail at once with a clear message, not hang on a socket.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-
-from transformers import (  # noqa: E402
+from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -163,7 +158,9 @@ def load_tokenizer(spec: str) -> PreTrainedTokenizerBase:
     try:
         return AutoTokenizer.from_pretrained(where, gguf_file=gguf, trust_remote_code=False)
     except (OSError, ValueError) as e:
-        raise ModelLoadError(f"cannot load a tokenizer for {spec!r}: {str(e).splitlines()[0]}") from e
+        raise ModelLoadError(
+            f"cannot load a tokenizer for {spec!r}: not a local directory or GGUF file, and not in the local "
+            f"Hugging Face cache (no network here). ({str(e).splitlines()[0]})") from e
 
 
 def check_vocab(target_tok, other_tok, other_name: str) -> None:
@@ -197,7 +194,34 @@ def _random_drafter(target, layers: int, hidden: int, seed: int) -> LlamaForCaus
 
 def load_drafter(spec: str, role: str, target, device, dtype) -> torch.nn.Module:
     """`default` means the distilled drafter in assets/drafters/<role>, or, if none ships yet,
-    a clearly labelled randomly initialised model with the target's vocabulary."""
+    a clearly labelled randomly initialised model with the target's vocabulary.
+
+    A drafter directory whose treegraft_drafter.json says {"share_target_embeddings": true} stores only
+    its own trained tensors: the embedding, the tied head and (if not stored) the final norm are the
+    already-loaded target's tensors, shared in memory (same objects), so they are not duplicated on disk."""
+    where = ASSETS / "drafters" / role if spec == "default" else Path(spec).expanduser()
+    meta = where / "treegraft_drafter.json"
+    if meta.is_file() and json.loads(meta.read_text()).get("share_target_embeddings"):
+        from safetensors.torch import load_file
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(where))
+        own = load_file(str(where / "model.safetensors"))
+        from_target = {"model.embed_tokens.weight": target.model.embed_tokens.weight,
+                       "lm_head.weight": target.lm_head.weight, "model.norm.weight": target.model.norm.weight}
+        missing = [n for n in model.state_dict() if n not in own]
+        if any(n not in from_target for n in missing):
+            raise ModelLoadError(f"{where} lacks tensors the target cannot supply: "
+                                 f"{[n for n in missing if n not in from_target][:5]}")
+        if target.model.embed_tokens.weight.shape != model.model.embed_tokens.weight.shape:
+            raise ModelLoadError(f"{where} shares the target's embeddings but its config does not match them")
+        model.load_state_dict(own, strict=False)
+        model = model.to(device, dtype).eval()
+        # Assign after .to(): the shared tensors already live on the target's device and dtype.
+        model.model.embed_tokens.weight = from_target["model.embed_tokens.weight"]
+        model.lm_head.weight = from_target["lm_head.weight"]
+        if "model.norm.weight" in missing:
+            model.model.norm.weight = from_target["model.norm.weight"]
+        model.treegraft_label = f"assets/drafters/{role}" if spec == "default" else spec
+        return model
     if spec == "default":
         shipped = ASSETS / "drafters" / role
         if (shipped / "config.json").exists():

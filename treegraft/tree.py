@@ -8,7 +8,7 @@ step (weak pool, rescored, grafted, selected, verified) can refer to the same no
 from __future__ import annotations
 
 import heapq
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 ROOT = -1
 ORIGINS = ("weak", "strong", "graft", "recovered")
@@ -32,7 +32,7 @@ class Node:
     expanded_by: str | None = None  # which drafter has run on this node (its children came from there)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return dict(self.__dict__)  # flat fields only; dataclasses.asdict is 50x slower here
 
 
 @dataclass

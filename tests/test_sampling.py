@@ -1,0 +1,101 @@
+"""Speculative sampling over a tree keeps the target's distribution (chi-square tests)."""
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from tiny import tiny_trio
+from treegraft.engine import Engine, GenConfig
+from treegraft.tree import ROOT, DraftTree
+from treegraft.verify import accept_sample, target_probs
+
+
+def chi2_pvalue(counts: dict, expected: dict, n: int) -> float:
+    keys = sorted(expected, key=lambda k: -expected[k])
+    obs, exp = [], []
+    rest_o = rest_e = 0.0
+    for k in keys:  # pool rare cells so every expected count is >= 5
+        if expected[k] * n >= 5:
+            obs.append(counts.get(k, 0))
+            exp.append(expected[k] * n)
+        else:
+            rest_o += counts.get(k, 0)
+            rest_e += expected[k] * n
+    obs.append(rest_o + sum(v for k, v in counts.items() if k not in expected))
+    exp.append(rest_e)
+    obs, exp = np.array(obs, float), np.array(exp, float)
+    if exp[-1] == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    exp *= obs.sum() / exp.sum()
+    return chisquare(obs, exp).pvalue
+
+
+def test_accept_sample_reproduces_two_token_joint():
+    """A fixed tree whose children include likely and unlikely tokens; the emitted first two
+    tokens must follow p(t1) p(t2 | t1) exactly."""
+    vocab, g = 5, torch.Generator().manual_seed(0)
+    tree = DraftTree()
+    for t in (0, 3, 4):
+        tree.add(ROOT, t, -1.0, "weak")
+    for parent in (0, 1):
+        for t in (1, 2):
+            tree.add(parent, t, -2.0, "graft")
+    selected = list(range(len(tree)))
+    probs = target_probs(torch.randn(len(selected) + 1, vocab, generator=g) * 1.5, 1.0)
+    # The target's distribution after a non-tree token is unknown to the tree; give it one too.
+    after = target_probs(torch.randn(vocab, vocab, generator=g), 1.0)
+    row = {tree.nodes[i].token: 1 + j for j, i in enumerate(selected) if tree.nodes[i].parent == ROOT}
+    expected = {}
+    for t1, t2 in itertools.product(range(vocab), repeat=2):
+        p2 = probs[row[t1], t2] if t1 in row else after[t1, t2]
+        expected[(t1, t2)] = float(probs[0, t1] * p2)
+    counts, n = {}, 20000
+    for _ in range(n):
+        path, bonus = accept_sample(tree, selected, probs, g)
+        toks = [tree.nodes[i].token for i in path] + [bonus]
+        if len(toks) == 1:  # the first token left the tree: draw the second from the target
+            toks.append(int(torch.multinomial(after[toks[0]], 1, generator=g)))
+        counts[tuple(toks[:2])] = counts.get(tuple(toks[:2]), 0) + 1
+    assert chi2_pvalue(counts, expected, n) > 1e-3
+
+
+def test_accept_sample_detects_a_biased_rule():
+    """The chi-square check has power: min(1, p/q)-style acceptance with a made-up q would fail."""
+    vocab, g = 4, torch.Generator().manual_seed(1)
+    probs = torch.tensor([[0.1, 0.2, 0.3, 0.4]], dtype=torch.float64)
+    counts = {}
+    for _ in range(5000):  # biased sampler: always emits the top token half the time
+        t = 3 if torch.rand((), generator=g) < 0.5 else int(torch.multinomial(probs[0], 1, generator=g))
+        counts[(t,)] = counts.get((t,), 0) + 1
+    expected = {(t,): float(probs[0, t]) for t in range(vocab)}
+    assert chi2_pvalue(counts, expected, 5000) < 1e-6
+
+
+@pytest.mark.parametrize("method,kw", [("treegraft", {"policy": "always", "temperature": 1.3, "top_p": 1.0}),
+                                       ("tree-weak", {"temperature": 0.9, "top_p": 0.9})])
+def test_engine_sampling_keeps_the_target_distribution(method, kw):
+    trio = tiny_trio("perturbed", "copy", vocab=6, sharpen=1.5)
+    prompt = [1, 4, 2]
+    with torch.inference_mode():
+        logits = trio.target(input_ids=torch.tensor([prompt])).logits[0, -1]
+        p1 = target_probs(logits, kw["temperature"], kw["top_p"])
+        expected = {}
+        for t1 in range(6):
+            if p1[t1] == 0:
+                continue
+            l2 = trio.target(input_ids=torch.tensor([prompt + [t1]])).logits[0, -1]
+            p2 = target_probs(l2, kw["temperature"], kw["top_p"])
+            for t2 in range(6):
+                expected[(t1, t2)] = float(p1[t1] * p2[t2])
+    n, counts = 1500, {}
+    engine = Engine(trio, GenConfig(method=method, max_new_tokens=2, budget=10, depth=3, topk=3,
+                                    record_stages=False, **kw))
+    for seed in range(n):
+        engine.cfg.seed = seed
+        list(engine.generate(prompt))
+        key = tuple(engine.new_tokens)
+        counts[key] = counts.get(key, 0) + 1
+    assert chi2_pvalue(counts, expected, n) > 1e-3
