@@ -15,7 +15,7 @@ torch.set_num_threads(int(os.environ.get("TREEGRAFT_TEST_THREADS", "1")))
 def default_trio():
     """The real embedded default trio, fp32: exactness checks belong in fp32 (FACTS.md)."""
     from treegraft.models import load_trio
-    return load_trio(dtype="float32")
+    return load_trio(dtype="float32", device=os.environ.get("TREEGRAFT_TEST_DEVICE", "cpu"))
 
 
 @pytest.fixture(scope="session")

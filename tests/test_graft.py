@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from tiny import tiny_trio
+from tiny import ids, tiny_trio
 from treegraft.engine import Engine, GenConfig
 from treegraft.graft import GraftConfig
 
@@ -75,9 +75,9 @@ def test_selection_budget_depth_ancestor_closed_and_stages_in_order():
         assert rec.strong_called and set(rec.stage_times) == {"rescore", "recover", "graft"}
 
 
-def strong_logp_sequential(trio, ids):
+def strong_logp_sequential(trio, tokens):
     with torch.inference_mode():
-        return torch.log_softmax(trio.strong(input_ids=torch.tensor([ids])).logits[0, -1].float(), -1)
+        return torch.log_softmax(trio.strong(input_ids=ids(tokens)).logits[0, -1].float(), -1)
 
 
 @pytest.mark.parametrize("policy", ["every-k", "always"])

@@ -4,7 +4,7 @@ decoding (HF generate, fp32), whatever the drafters, the tree shape or the polic
 import pytest
 import torch
 
-from tiny import tiny_trio
+from tiny import ids, tiny_trio
 from treegraft.engine import Engine, GenConfig
 from treegraft.graft import GraftConfig
 
@@ -14,7 +14,7 @@ SHAPES = [dict(budget=1, depth=1, topk=1), dict(budget=8, depth=3, topk=2),
 
 
 def hf_greedy(model, prompt, n):
-    out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False, min_new_tokens=0)
+    out = model.generate(ids(prompt), max_new_tokens=n, do_sample=False, min_new_tokens=0)
     return out[0, len(prompt):].tolist()
 
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from tiny import tiny_llama
+from tiny import ids, tiny_llama
 from treegraft.kv import Runner
 from treegraft.tree import ROOT, DraftTree
 
@@ -17,9 +17,9 @@ def random_tree(seed, vocab, n=14):
     return tree
 
 
-def sequential_logits(model, ids):
+def sequential_logits(model, tokens):
     with torch.inference_mode():
-        return model(input_ids=torch.tensor([ids])).logits[0, -1].float()
+        return model(input_ids=ids(tokens)).logits[0, -1].float()
 
 
 def check(model, prefix, tree, atol=1e-4):

@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from tiny import tiny_trio
+from tiny import ids, tiny_trio
 from treegraft.engine import Engine, GenConfig
 from treegraft.tree import ROOT, DraftTree
 from treegraft.verify import accept_sample, target_probs
@@ -80,13 +80,13 @@ def test_engine_sampling_keeps_the_target_distribution(method, kw):
     trio = tiny_trio("perturbed", "copy", vocab=6, sharpen=1.5)
     prompt = [1, 4, 2]
     with torch.inference_mode():
-        logits = trio.target(input_ids=torch.tensor([prompt])).logits[0, -1]
+        logits = trio.target(input_ids=ids(prompt)).logits[0, -1]
         p1 = target_probs(logits, kw["temperature"], kw["top_p"])
         expected = {}
         for t1 in range(6):
             if p1[t1] == 0:
                 continue
-            l2 = trio.target(input_ids=torch.tensor([prompt + [t1]])).logits[0, -1]
+            l2 = trio.target(input_ids=ids(prompt + [t1])).logits[0, -1]
             p2 = target_probs(l2, kw["temperature"], kw["top_p"])
             for t2 in range(6):
                 expected[(t1, t2)] = float(p1[t1] * p2[t2])

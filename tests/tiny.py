@@ -1,11 +1,19 @@
 """Tiny randomly initialised Llama trios built from configs: pure logic, milliseconds per forward."""
 
 import copy
+import os
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from treegraft.models import Trio
+
+# scripts/gpu_check.sh runs the suite with TREEGRAFT_TEST_DEVICE=cuda: same tests, GPU path.
+DEVICE = torch.device(os.environ.get("TREEGRAFT_TEST_DEVICE", "cpu"))
+
+
+def ids(tokens) -> torch.Tensor:
+    return torch.tensor([list(tokens)], device=DEVICE)
 
 
 def tiny_llama(seed: int, vocab: int = 96, hidden: int = 32, layers: int = 2, heads: int = 4, kv: int = 2,
@@ -15,7 +23,7 @@ def tiny_llama(seed: int, vocab: int = 96, hidden: int = 32, layers: int = 2, he
                       max_position_embeddings=ctx, eos_token_id=None, bos_token_id=None, pad_token_id=None,
                       attn_implementation="sdpa")
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(cfg).eval()
+    model = LlamaForCausalLM(cfg).eval().to(DEVICE)
     # Sharpen the output so greedy paths are long and agreement among relatives is meaningful.
     with torch.no_grad():
         model.lm_head.weight.mul_(sharpen)
@@ -28,7 +36,7 @@ def perturbed(model, scale: float, seed: int):
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in other.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * scale * p.std().clamp_min(1e-3))
+            p.add_(torch.randn(p.shape, generator=g).to(p.device) * scale * p.std().clamp_min(1e-3))
     return other
 
 
@@ -37,5 +45,5 @@ def tiny_trio(weak="perturbed", strong="copy", vocab=96, seed=0, ctx=256, sharpe
     makers = {"copy": lambda s: copy.deepcopy(target),
               "perturbed": lambda s: perturbed(target, 0.5, s),
               "random": lambda s: tiny_llama(100 + s, vocab=vocab, hidden=16, layers=1, ctx=ctx)}
-    return Trio(target, makers[weak](1), makers[strong](2), None, torch.device("cpu"), torch.float32,
+    return Trio(target, makers[weak](1), makers[strong](2), None, DEVICE, torch.float32,
                 {"target": "tiny", "weak": weak, "strong": strong})
