@@ -215,49 +215,50 @@ class Engine:
 
     # ---------------------------------------------------------------- the oracle (upper bound)
     def oracle_step(self, rec, tree, depth, clock, fw0) -> StepRecord:
-        """Run the step without and with the strong drafter from the same state; keep the branch
-        with more tokens per second. Its extra cost is reported apart (times['oracle_extra'])."""
-        seq, mark = self.seq, self.target.mark()
+        """The value system's exact answer for this state: run the step without and with the strong
+        drafter from the same state (same weak pool, same caches, same random stream) and keep the
+        branch with more tokens per second. What it paid beyond the kept branch is reported in
+        decision['oracle']['extra_s'] so the upper bound can be quoted net of it."""
+        seq, mark, weak_s = self.seq, self.target.mark(), clock.times.get("draft_weak", 0.0)
         gen_state = self.generator.get_state()
         plain = copy.deepcopy(tree)
-        t0 = time.perf_counter()
         sel0 = select(plain, self.cfg.budget, depth)
         path0, bonus0 = self.accept(plain, sel0, self.target.catch_up(seq, sel0, plain))
-        sync(self.trio.device)
-        c0 = time.perf_counter() - t0 + clock.times.get("draft_weak", 0.0)
-        clock.lap("verify")
+        verify0 = clock.lap("verify")
         self.target.restore(mark)
-        state1 = self.generator.get_state()
-        self.generator.set_state(gen_state)  # both branches see the same random stream
-        t1 = time.perf_counter()
+        state0 = self.generator.get_state()
+        self.generator.set_state(gen_state)
+        strong_fw = self.strong.forwards
         self.refine(tree, depth, rec, clock)
+        refine_s = sum(rec.stage_times.values())
+        strong_fw = self.strong.forwards - strong_fw
         sel1 = select(tree, self.cfg.budget, depth)
         self.snap(rec, "selected", tree)
-        logits1 = self.target.catch_up(seq, sel1, tree)
-        path1, bonus1 = self.accept(tree, sel1, logits1)
-        sync(self.trio.device)
-        c1 = time.perf_counter() - t1 + clock.times.get("draft_weak", 0.0)
+        path1, bonus1 = self.accept(tree, sel1, self.target.catch_up(seq, sel1, tree))
+        verify1 = clock.lap("verify")
         a0, a1 = len(path0) + 1, len(path1) + 1
+        c0, c1 = weak_s + verify0, weak_s + refine_s + verify1
         use_strong = a1 / c1 > a0 / c0
         rec.decision.call = use_strong
         rec.decision.oracle = {"a0": a0, "c0": c0, "a1": a1, "c1": c1, "delta": a1 / c1 - a0 / c0,
-                               "call": use_strong}
+                               "call": use_strong, "n0": len(sel0), "n1": len(sel1), "weak_s": weak_s,
+                               "verify0_s": verify0, "verify1_s": verify1, "refine_s": refine_s,
+                               "strong_forwards": strong_fw}
         rec.decision.reason = (f"oracle: with strong {a1} tokens / {c1 * 1e3:.1f} ms vs without {a0} / "
                                f"{c0 * 1e3:.1f} ms -> {'call' if use_strong else 'skip'}")
-        if not use_strong:
-            # The target's cache holds the strong branch; redo the kept branch's forward.
+        if use_strong:
+            tree, sel, path, bonus = tree, sel1, path1, bonus1
+        else:
+            # The target's cache holds the strong branch: redo the kept branch's forward.
             self.target.restore(mark)
             self.strong.commit([])
             self.target.catch_up(seq, sel0, plain)
-            self.generator.set_state(state1)
+            self.generator.set_state(state0)
             tree, sel, path, bonus = plain, sel0, path0, bonus0
             rec.strong_called = False
-            rec.stages = [s for s in rec.stages if s["name"] in ("weak pool",)]
+            rec.stages = [s for s in rec.stages if s["name"] == "weak pool"]
             self.snap(rec, "selected", tree)
-        else:
-            sel, path, bonus = sel1, path1, bonus1
-        clock.lap("verify")
+            clock.lap("verify")
         out = self.finish(rec, tree, sel, path, bonus, clock, fw0)
-        # What the oracle paid beyond the branch it kept: the upper bound is reported net of it.
         out.decision["oracle"]["extra_s"] = max(0.0, out.wall_s - (c1 if use_strong else c0))
         return out
