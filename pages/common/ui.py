@@ -1,0 +1,325 @@
+"""Streamlit glue shared by the app's pages: settings, cached model loading, the live run, and
+error handling. Thin on purpose: the engine computes, treegraft.viz draws, this only wires them.
+
+Lives in pages/common/ (a sub-folder) so Streamlit does not list it as a page."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+
+import streamlit as st
+
+from treegraft import viz
+from treegraft.cli import encode_prompt
+from treegraft.engine import METHODS, ConfigError, Engine, GenConfig
+from treegraft.graft import GraftConfig
+from treegraft.models import ModelLoadError, load_trio
+from treegraft.record import StepRecord, dumps_trace
+
+# Errors a user can cause with their input: shown as st.error with the engine's own message.
+USER_ERRORS = (ConfigError, ModelLoadError, FileNotFoundError, NotImplementedError, ValueError)
+
+EXAMPLES = {
+    "writing": "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+    "coding": "Write a Python function that returns the n-th Fibonacci number iteratively.",
+    "math": "A shop sells pencils at 3 for 45 cents. How much do 12 pencils cost? Explain step by step.",
+    "qa": "What is the capital of Australia, and why was it chosen?",
+    "summarization": "Summarize in one sentence: The city council voted on Tuesday to expand the bike lane "
+                     "network by 40 kilometres over the next three years, citing a rise in cycling commuters "
+                     "and fewer traffic injuries on streets that already have protected lanes.",
+    "translation": "Translate to French: The weather is nice today, so we will have lunch in the park.",
+}
+BASELINES = ("ar", "tree-weak", "tree-strong", "treegraft")
+
+
+# ---------------------------------------------------------------- errors
+
+@contextmanager
+def guard(what: str):
+    """Show bad input as st.error with its specific message; never a traceback in the page.
+    Streamlit's own control flow (rerun, stop) derives from BaseException and passes through."""
+    try:
+        yield
+    except USER_ERRORS as e:
+        st.error(f"Cannot {what}: {e}")
+    except Exception as e:  # a bug, not the user's fault: short message here, details in the log
+        traceback.print_exc(file=sys.stderr)
+        st.error(f"Unexpected error while trying to {what} ({type(e).__name__}): {e}. "
+                 "Details are in the server log.")
+
+
+# ---------------------------------------------------------------- settings
+
+def policies() -> list[str]:
+    from treegraft.value import default_policy
+    names = ["always", "never", "every-k", "oracle"]
+    return (["learned"] + names) if default_policy() == "learned" else names
+
+
+def defaults() -> dict:
+    from treegraft.value import default_policy
+    g = GraftConfig()
+    return {"target": "default", "weak": "default", "strong": "default",
+            # Env overrides let tests and headless runs pin device/dtype without clicking.
+            "device": os.environ.get("TREEGRAFT_DEVICE", "auto"),
+            "dtype": os.environ.get("TREEGRAFT_DTYPE", "auto"),
+            "method": "treegraft", "policy": default_policy(), "every_k": 2,
+            "budget": 16, "depth": 6, "topk": 4, "max_new_tokens": 64,
+            "temperature": 0.0, "top_p": 1.0, "seed": 0,
+            "rescore_m": g.rescore_m, "recover_k": g.recover_k, "graft_g": g.graft_g, "graft_h": g.graft_h,
+            "graft_k": g.graft_k, "blend": g.blend}
+
+
+def restore(key: str, default) -> None:
+    """Streamlit drops a widget's state on another page; seed it back from our saved copy."""
+    if key not in st.session_state:
+        st.session_state[key] = st.session_state.get(f"saved_{key}", default)
+
+
+def save(*keys: str) -> None:
+    for key in keys:
+        st.session_state[f"saved_{key}"] = st.session_state[key]
+
+
+def prompt_text() -> str:
+    """The prompt typed on the main page (or the first example), for pages that start a run."""
+    return st.session_state.get("saved_prompt") or next(iter(EXAMPLES.values()))
+
+
+def settings() -> dict:
+    if "settings" not in st.session_state:
+        st.session_state["settings"] = defaults()
+    return st.session_state["settings"]
+
+
+def _widget(kind, label: str, name: str, **kw):
+    """A sidebar widget bound to settings[name]. Widget state is dropped when the page changes,
+    so the value lives in st.session_state["settings"] and seeds the widget each time."""
+    s, key = settings(), f"w_{name}"
+    if key not in st.session_state:
+        st.session_state[key] = s[name]
+    s[name] = kind(label, key=key, **kw)
+    return s[name]
+
+
+def settings_sidebar() -> dict:
+    sb = st.sidebar
+    with sb.expander("Models", expanded=False):
+        _widget(st.text_input, "Target", "target", help="'default' (embedded SmolLM2-135M-Instruct), a local "
+                "directory, a .gguf file, or a Hugging Face id already in the local cache")
+        _widget(st.text_input, "Weak drafter", "weak", help="'default' = assets/drafters/weak")
+        _widget(st.text_input, "Strong drafter", "strong", help="'default' = assets/drafters/strong")
+        _widget(st.selectbox, "Device", "device", options=["auto", "cpu", "cuda"])
+        _widget(st.selectbox, "Dtype", "dtype", options=["auto", "float32", "bfloat16"],
+                help="auto = bfloat16 where the CPU/GPU has it; exactness checks want float32")
+    with sb.expander("Tree and decoding", expanded=True):
+        _widget(st.selectbox, "Method", "method", options=list(METHODS))
+        _widget(st.selectbox, "Scheduler policy", "policy", options=policies(),
+                help="when TreeGraft calls the strong drafter")
+        _widget(st.number_input, "every k (for every-k)", "every_k", step=1, min_value=1)
+        # No min/max here on purpose: the engine's own check explains an impossible value.
+        _widget(st.number_input, "Budget N (tree nodes sent to the target)", "budget", step=1)
+        _widget(st.number_input, "Depth D (tokens)", "depth", step=1)
+        _widget(st.number_input, "Top-k children per node", "topk", step=1)
+        _widget(st.number_input, "Max new tokens", "max_new_tokens", step=8)
+        _widget(st.number_input, "Temperature (0 = greedy)", "temperature", step=0.1, format="%.2f")
+        _widget(st.number_input, "Top-p", "top_p", step=0.05, format="%.2f")
+        _widget(st.number_input, "Seed", "seed", step=1)
+    with sb.expander("TreeGraft refinement", expanded=False):
+        _widget(st.number_input, "M: pool nodes rescored", "rescore_m", step=1)
+        _widget(st.number_input, "k_r: strong top-k recovered per parent", "recover_k", step=1)
+        _widget(st.number_input, "G: graft positions", "graft_g", step=1)
+        _widget(st.number_input, "h: graft depth (tokens)", "graft_h", step=1)
+        _widget(st.number_input, "children per graft node", "graft_k", step=1)
+        _widget(st.number_input, "blend (weight of log q_strong)", "blend", step=0.1, format="%.2f")
+    return settings()
+
+
+def make_config(s: dict, **override) -> GenConfig:
+    graft = GraftConfig(int(s["rescore_m"]), int(s["recover_k"]), int(s["graft_g"]), int(s["graft_h"]),
+                        int(s["graft_k"]), float(s["blend"]))
+    cfg = GenConfig(method=s["method"], max_new_tokens=int(s["max_new_tokens"]), budget=int(s["budget"]),
+                    depth=int(s["depth"]), topk=int(s["topk"]), temperature=float(s["temperature"]),
+                    top_p=float(s["top_p"]), seed=int(s["seed"]), policy=s["policy"],
+                    every_k=int(s["every_k"]), graft=graft, record_stages=True)
+    cfg = replace(cfg, **override)
+    cfg.check()
+    return cfg
+
+
+# ---------------------------------------------------------------- models
+
+@st.cache_resource(show_spinner=False, max_entries=2)
+def cached_trio(target: str, weak: str, strong: str, device: str, dtype: str):
+    threads = os.environ.get("TREEGRAFT_THREADS")
+    if threads:  # a busy shared CPU runs small models faster on fewer threads
+        import torch
+        torch.set_num_threads(int(threads))
+    return load_trio(target.strip(), weak.strip(), strong.strip(),
+                     None if device == "auto" else device, None if dtype == "auto" else dtype)
+
+
+def trio_for(s: dict):
+    specs = tuple(s[k] for k in ("target", "weak", "strong", "device", "dtype"))
+    if any(not str(x).strip() for x in specs[:3]):
+        raise ModelLoadError("a model field is empty; use 'default', a local path or a cached Hugging Face id")
+    with st.spinner(f"Loading models (target {specs[0]}, weak {specs[1]}, strong {specs[2]}) ..."):
+        return cached_trio(*specs)
+
+
+@lru_cache(maxsize=8)
+def decoder(tokenizer):
+    @lru_cache(maxsize=65536)
+    def decode(token: int) -> str:
+        return tokenizer.decode([token])
+    return decode
+
+
+# ---------------------------------------------------------------- the live run
+
+@dataclass
+class Run:
+    """One prompt under one configuration: the engine, its records, and baselines on the same prompt."""
+    key: tuple
+    trio: object
+    cfg: GenConfig
+    prompt: str
+    prompt_ids: list[int]
+    engine: Engine
+    baselines: dict = field(default_factory=dict)   # method -> Engine, stepped to the same length
+    serial: int = 0
+
+    @property
+    def records(self) -> list[StepRecord]:
+        return self.engine.records
+
+    @property
+    def decode(self):
+        return decoder(self.trio.tokenizer)
+
+    def runs(self) -> dict[str, list[StepRecord]]:
+        out = {self.cfg.method: self.records}
+        out.update({m: e.records for m, e in self.baselines.items() if e.records})
+        return out
+
+    def trace(self) -> str:
+        meta = {"prompt": self.prompt, "prompt_ids": self.prompt_ids, "names": self.trio.names,
+                "config": {k: v for k, v in vars(self.cfg).items() if k != "graft"} | {"graft": vars(self.cfg.graft)},
+                "device": str(self.trio.device), "dtype": str(self.trio.dtype).replace("torch.", "")}
+        return dumps_trace(self.records, meta)
+
+
+def run_key(s: dict, prompt: str) -> tuple:
+    return tuple(sorted(s.items())) + (prompt,)
+
+
+def current_run() -> Run | None:
+    return st.session_state.get("run")
+
+
+def new_run(s: dict, prompt: str) -> Run:
+    """Validate everything before loading anything heavy, then build and start the engine."""
+    cfg = make_config(s)
+    if not prompt or not prompt.strip():
+        raise ConfigError("the prompt is empty")
+    trio = trio_for(s)
+    ids = encode_prompt(trio.tokenizer, prompt, raw=False)
+    engine = Engine(trio, cfg)
+    engine.start(ids)
+    serial = st.session_state.get("run_serial", 0) + 1
+    st.session_state["run_serial"] = serial
+    run = Run(run_key(s, prompt), trio, cfg, prompt, ids, engine, serial=serial)
+    st.session_state["run"] = run
+    return run
+
+
+def ensure_run(s: dict, prompt: str) -> Run:
+    run = current_run()
+    if run is None or run.key != run_key(s, prompt):
+        if run is not None:
+            st.info("Settings or prompt changed: starting a new run.")
+        run = new_run(s, prompt)
+    return run
+
+
+def step(run: Run, n: int = 1, live_baselines: bool = False) -> int:
+    """Up to n engine steps with a progress bar; returns how many ran."""
+    bar = st.progress(0.0, text="stepping") if n > 1 else None
+    done = 0
+    for i in range(n):
+        if run.engine.done:
+            break
+        run.engine.step()
+        done += 1
+        if bar:
+            bar.progress((i + 1) / n, text=f"step {i + 1} of {n}")
+    if bar:
+        bar.empty()
+    if live_baselines and done:
+        catch_up_baselines(run)
+    return done
+
+
+def catch_up_baselines(run: Run) -> None:
+    """Step every other method on the same prompt and settings until it has produced as many tokens
+    as the main run: real engine runs, timed by the engine like the main one."""
+    target = len(run.engine.new_tokens)
+    others = [m for m in BASELINES if m != run.cfg.method]
+    bar = st.progress(0.0, text="running baselines")
+    for j, m in enumerate(others):
+        eng = run.baselines.get(m)
+        if eng is None:
+            eng = Engine(run.trio, replace(run.cfg, method=m))
+            eng.start(run.prompt_ids)
+            run.baselines[m] = eng
+        while len(eng.new_tokens) < target and not eng.done:
+            eng.step()
+            bar.progress((j + min(1.0, len(eng.new_tokens) / max(1, target))) / len(others),
+                         text=f"{m}: {len(eng.new_tokens)} of {target} tokens")
+    bar.empty()
+
+
+def tokens_before(records: list[StepRecord], k: int) -> list[int]:
+    return [t for r in records[:k] for t in r.new_tokens]
+
+
+def what_if(run: Run, k: int) -> dict[str, StepRecord]:
+    """Rerun step k from the same prefix with the strong drafter forced on and forced off.
+    A fresh engine replays the accepted text as its prompt, so caches are rebuilt honestly; the
+    scheduler's history is not replayed (the policy is overridden anyway)."""
+    prefix = run.prompt_ids + tokens_before(run.records, k)
+    out = {}
+    for policy in ("always", "never"):
+        eng = Engine(run.trio, replace(run.cfg, method="treegraft", policy=policy))
+        eng.start(prefix)
+        out[policy] = eng.step()
+    return out
+
+
+def one_step_run(s: dict, prompt: str) -> Run:
+    """For pages opened before any step: a fresh TreeGraft run with one real step."""
+    run = new_run(s | {"method": "treegraft"}, prompt)
+    step(run, 1)
+    return run
+
+
+def model_caption(run: Run) -> str:
+    n = run.trio.names
+    untrained = any("random-init" in str(v) for v in n.values())
+    note = " (untrained drafters accept little: train them with `python -m treegraft distill`)" if untrained else ""
+    return (f"target **{n['target']}**, weak **{n['weak']}**, strong **{n['strong']}** on "
+            f"{run.trio.device} / {str(run.trio.dtype).replace('torch.', '')}{note}")
+
+
+def tree_help() -> str:
+    return ("**Reading the tree.** The black square is the last accepted token; each column is one more "
+            "token of draft. Colour and shape say who proposed a node: " +
+            "; ".join(f"{label}" for label, _, _ in viz.PROVENANCE.values()) +
+            ". A thick outline marks a graft point. Grey, faded nodes were pruned by the budget. "
+            "Green rings: accepted by the target; red x: the best candidate the target rejected; gold star: "
+            "the bonus token the target adds itself. Hover a node for its log-probabilities and rank.")

@@ -1,0 +1,496 @@
+"""Tree layout (networkx) and plotly figures for the app and reports.
+
+Presentation only: reads StepRecords, never touches models, caches or Streamlit, so it can be
+tested alone. Every figure carries `layout.meta = {"kind": ...}` and every trace a `meta` role so
+that tests and the browser can find and count points without guessing:
+
+  tree figure, trace meta
+    "tree"     the nodes of the tree at this stage, one point per node, split by provenance.
+               For the "selected" and "verified" stages these are exactly the nodes sent to the
+               target (len(record.selected)); before selection, the whole candidate pool.
+    "pruned"   pool candidates that were not sent to the target (faded; optional)
+    "overlay"  markers drawn on top: accepted path, first rejected node, bonus token
+    "root"     the last accepted token the tree hangs from
+    "edges"    lines only
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+from typing import Callable, Iterable
+
+import networkx as nx
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .record import StepRecord
+
+ROOT = -1
+POOL_STAGES = ("weak pool", "strong pool", "rescored", "recovered", "grafted")
+FINAL_STAGES = ("selected", "verified")
+
+# Provenance -> (legend label, colour, marker symbol). Labels are written for a newcomer.
+PROVENANCE = {
+    "weak": ("weak drafter's proposal", "#4C78A8", "circle"),
+    "rescored": ("weak proposal, rescored by strong", "#F58518", "diamond"),
+    "graft": ("grafted by strong (new subtree)", "#54A24B", "triangle-right"),
+    "recovered": ("recovered by strong (weak missed it)", "#B279A2", "square"),
+    "strong": ("strong drafter's proposal", "#E45756", "hexagon"),
+}
+STAGE_HELP = {
+    "weak pool": "The weak drafter grows an EAGLE-2 style tree: at each depth it expands the most "
+                 "promising frontier nodes in one batched forward and keeps every candidate.",
+    "strong pool": "The strong drafter alone grows the tree (the tree-strong endpoint).",
+    "rescored": "The strong drafter scores the best pool nodes in one forward; their scores (and the "
+                "path values below them) now use its log-probabilities.",
+    "recovered": "Tokens the strong drafter ranks high under a scored parent, but the weak drafter never "
+                 "proposed, are added back as recovered children.",
+    "grafted": "With the refined values, the best positions are re-chosen and the strong drafter grows "
+               "small subtrees below them. Nothing the weak drafter proposed is deleted.",
+    "selected": "The top nodes by path value, ancestor-closed, within the budget, become the tree the "
+                "target verifies; the rest are pruned.",
+    "verified": "One target forward checks the whole tree. The longest path the target agrees with is "
+                "accepted, plus one token of its own (the bonus).",
+}
+Decode = Callable[[int], str]
+
+
+# ---------------------------------------------------------------- reading a record
+
+def stage_names(rec: StepRecord) -> list[str]:
+    names = [s["name"] for s in rec.stages]
+    return names or ["verified"]
+
+
+def stage_nodes(rec: StepRecord, stage: str | None = None) -> list[dict]:
+    """The node snapshot of one stage; the final pool (with accepted flags) by default."""
+    if stage in (None, "verified"):
+        return rec.nodes
+    for s in rec.stages:
+        if s["name"] == stage:
+            return s["nodes"]
+    raise KeyError(f"step {rec.step} has no stage {stage!r}; it has {stage_names(rec)}")
+
+
+def provenance(node: dict) -> str:
+    if node["origin"] in ("graft", "recovered", "strong"):
+        return node["origin"]
+    return "rescored" if node.get("rescored") else "weak"
+
+
+def kept(nodes: list[dict], stage: str) -> list[dict]:
+    """Nodes drawn as the tree: after selection only the selected ones, before it the whole pool."""
+    if stage in FINAL_STAGES:
+        return [n for n in nodes if n.get("selected")]
+    return list(nodes)
+
+
+def ranks(nodes: list[dict]) -> dict[int, int]:
+    """Rank by path value V (1 = most likely path), as the final selection sees it."""
+    order = sorted(nodes, key=lambda n: (-n["value"], n["depth"], n["id"]))
+    return {n["id"]: i + 1 for i, n in enumerate(order)}
+
+
+def token_label(decode: Decode | None, token: int) -> str:
+    if decode is None:
+        return f"#{token}"
+    text = decode(token)
+    # Whitespace tokens are invisible otherwise; show them escaped.
+    return repr(text)[1:-1] if text.strip() == "" or "\n" in text else text
+
+
+def first_rejected(rec: StepRecord) -> int | None:
+    """The best-valued selected child of the last accepted node: where the target disagreed first."""
+    parent = rec.accepted[-1] if rec.accepted else ROOT
+    kids = [n for n in rec.nodes if n["parent"] == parent and n.get("selected") and not n.get("accepted")]
+    if not kids:
+        return None
+    return max(kids, key=lambda n: n["value"])["id"]
+
+
+def bonus_shown(rec: StepRecord) -> bool:
+    """The bonus is dropped when eos or the token limit cut the step short."""
+    return rec.bonus >= 0 and len(rec.new_tokens) == len(rec.accepted) + 1
+
+
+# ---------------------------------------------------------------- layout
+
+def tree_graph(nodes: list[dict], decode: Decode | None = None) -> nx.DiGraph:
+    """Directed tree rooted at "root"; node attributes are the record's fields plus text."""
+    g = nx.DiGraph()
+    g.add_node("root")
+    ids = {n["id"] for n in nodes}
+    for n in nodes:
+        # GraphML has no null: a missing log-prob is NaN (keeps the column numeric), others "".
+        attrs = {k: (float("nan") if k.endswith("logp") else "") if v is None else v
+                 for k, v in n.items() if k != "id"}
+        g.add_node(n["id"], **attrs, text=token_label(decode, n["token"]), provenance=provenance(n))
+    for n in nodes:
+        parent = n["parent"] if n["parent"] in ids else "root"
+        g.add_edge(parent, n["id"])
+    return g
+
+
+def tidy_layout(g: nx.DiGraph) -> dict:
+    """Left-to-right tidy tree: x = depth, leaves on consecutive rows in DFS order (best child
+    first), each parent centred on its children. Row 0 is the top."""
+    def best_first(children):
+        return sorted(children, key=lambda c: (-g.nodes[c].get("value", 0.0), c))
+
+    pos, next_row = {}, 0
+    for v in nx.dfs_postorder_nodes(g, "root", sort_neighbors=best_first):
+        kids = list(g.successors(v))
+        if kids:
+            ys = [pos[c][1] for c in kids]
+            y = (min(ys) + max(ys)) / 2
+        else:
+            y, next_row = next_row, next_row + 1
+        pos[v] = (0 if v == "root" else g.nodes[v]["depth"], y)
+    return pos
+
+
+# ---------------------------------------------------------------- the tree figure
+
+def _hover(n: dict, rank: int, decode: Decode | None) -> str:
+    def lp(x):
+        return "-" if x is None else f"{x:.3f}"
+    return (f"<b>{html.escape(token_label(decode, n['token']))}</b> (id {n['token']})<br>"
+            f"node {n['id']}, depth {n['depth']}, rank {rank} by path value<br>"
+            f"provenance: {PROVENANCE[provenance(n)][0]}<br>"
+            f"log q_weak: {lp(n.get('weak_logp'))} nats, log q_strong: {lp(n.get('strong_logp'))} nats<br>"
+            f"score s: {n['score']:.3f}, path value V: {n['value']:.3f} nats (p = {math.exp(n['value']):.2e})<br>"
+            f"graft point: {'yes' if n.get('graft_point') else 'no'}, expanded by: {n.get('expanded_by') or '-'}<br>"
+            f"selected: {'yes' if n.get('selected') else 'no'}, accepted: {'yes' if n.get('accepted') else 'no'}")
+
+
+def _edges(g, pos, node_ids, name, color, width, meta="edges", dash=None) -> go.Scatter:
+    xs, ys = [], []
+    for v in node_ids:
+        for u in g.predecessors(v):
+            xs += [pos[u][0], pos[v][0], None]
+            ys += [pos[u][1], pos[v][1], None]
+    return go.Scatter(x=xs, y=ys, mode="lines", name=name, meta=meta, hoverinfo="skip", showlegend=False,
+                      line=dict(color=color, width=width, dash=dash))
+
+
+def tree_figure(rec: StepRecord, stage: str | None = None, decode: Decode | None = None,
+                show_pruned: bool = True, title: str | None = None) -> go.Figure:
+    stage = stage or stage_names(rec)[-1]
+    nodes = stage_nodes(rec, stage)
+    tree = kept(nodes, stage)
+    tree_ids = {n["id"] for n in tree}
+    pruned = [n for n in nodes if n["id"] not in tree_ids] if show_pruned else []
+    shown = tree + pruned
+    g = tree_graph(shown, decode)
+    pos = tidy_layout(g)
+    rank = ranks(nodes)
+    labels = len(shown) <= 48  # token text next to markers only while it stays readable
+
+    fig = go.Figure()
+    fig.add_trace(_edges(g, pos, [n["id"] for n in pruned], "pruned edges", "rgba(160,160,160,0.35)", 1))
+    fig.add_trace(_edges(g, pos, sorted(tree_ids), "tree edges", "#888", 1.5))
+    if pruned:
+        fig.add_trace(go.Scatter(
+            x=[pos[n["id"]][0] for n in pruned], y=[pos[n["id"]][1] for n in pruned], mode="markers",
+            name="pruned: not sent to the target", meta="pruned", opacity=0.35,
+            marker=dict(color="#BBBBBB", size=7, symbol=[PROVENANCE[provenance(n)][2] for n in pruned]),
+            hovertext=[_hover(n, rank[n["id"]], decode) for n in pruned], hoverinfo="text"))
+    for key, (label, color, symbol) in PROVENANCE.items():
+        group = [n for n in tree if provenance(n) == key]
+        if not group:
+            continue
+        fig.add_trace(go.Scatter(
+            x=[pos[n["id"]][0] for n in group], y=[pos[n["id"]][1] for n in group],
+            mode="markers+text" if labels else "markers", name=label, meta="tree",
+            text=[token_label(decode, n["token"]) for n in group], textposition="middle right",
+            textfont=dict(size=11),
+            marker=dict(color=color, size=12, symbol=symbol,
+                        line=dict(color="black", width=[2.5 if n.get("graft_point") else 0.5 for n in group])),
+            hovertext=[_hover(n, rank[n["id"]], decode) for n in group], hoverinfo="text"))
+    if stage == "verified":
+        _add_verdict(fig, rec, g, pos, decode)
+    fig.add_trace(go.Scatter(
+        x=[0], y=[pos["root"][1]], mode="markers+text", name="root: last accepted token", meta="root",
+        text=[token_label(decode, rec.root_token)], textposition="middle left",
+        marker=dict(color="black", size=14, symbol="square"),
+        hovertext=[f"root: last accepted token {html.escape(token_label(decode, rec.root_token))} "
+                   f"at position {rec.root_pos}"], hoverinfo="text"))
+    rows = max(1, len([v for v in g if g.out_degree(v) == 0]))
+    fig.update_layout(
+        title=title or f"Step {rec.step} - {stage}: {len(tree)} tree nodes"
+                       + (f" ({len(pruned)} pruned shown faded)" if pruned else ""),
+        xaxis=dict(title="depth below the root (tokens)", dtick=1, zeroline=False),
+        yaxis=dict(title="candidates, most likely path on top", autorange="reversed",
+                   showticklabels=False, zeroline=False, showgrid=False),
+        height=int(min(1400, max(380, 60 + 16 * rows))), hovermode="closest",
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0),
+        margin=dict(l=40, r=20, t=90, b=40),
+        meta={"kind": "tree", "step": rec.step, "stage": stage, "tree_nodes": len(tree),
+              "pruned_nodes": len(pruned)})
+    return fig
+
+
+def _add_verdict(fig, rec, g, pos, decode) -> None:
+    """Accepted path (ringed), the first rejected candidate (x) and the bonus token (star)."""
+    acc = [i for i in rec.accepted if i in pos]
+    if acc:
+        path = ["root"] + acc
+        fig.add_trace(go.Scatter(x=[pos[v][0] for v in path], y=[pos[v][1] for v in path],
+                                 mode="lines", name="accepted path (edges)", meta="edges", showlegend=False,
+                                 hoverinfo="skip", line=dict(color="#2CA02C", width=4)))
+        fig.add_trace(go.Scatter(x=[pos[i][0] for i in acc], y=[pos[i][1] for i in acc], mode="markers",
+                                 name="accepted by the target", meta="overlay", hoverinfo="skip",
+                                 marker=dict(symbol="circle-open", size=22, color="#2CA02C",
+                                             line=dict(width=3))))
+    rej = first_rejected(rec)
+    if rej is not None and rej in pos:
+        fig.add_trace(go.Scatter(x=[pos[rej][0]], y=[pos[rej][1]], mode="markers",
+                                 name="first rejected (target disagreed)", meta="overlay", hoverinfo="skip",
+                                 marker=dict(symbol="x-thin-open", size=20, color="#D62728", line=dict(width=3))))
+    if bonus_shown(rec):
+        parent = acc[-1] if acc else "root"
+        x, y = pos[parent][0] + 1, pos[parent][1]
+        fig.add_trace(go.Scatter(x=[pos[parent][0], x], y=[y, y], mode="lines", meta="edges", showlegend=False,
+                                 hoverinfo="skip", line=dict(color="#2CA02C", width=2, dash="dot")))
+        fig.add_trace(go.Scatter(
+            x=[x], y=[y], mode="markers+text", name="bonus: the target's own next token", meta="overlay",
+            text=[token_label(decode, rec.bonus)], textposition="middle right",
+            marker=dict(symbol="star", size=18, color="#FFD700", line=dict(color="black", width=1)),
+            hovertext=[f"bonus token {html.escape(token_label(decode, rec.bonus))} (id {rec.bonus}): "
+                       f"the target's own prediction after the accepted path"], hoverinfo="text"))
+
+
+def count_points(fig_json: dict, meta: str) -> int:
+    """Points in the traces of one role (works on fig.to_plotly_json() and on the browser's data)."""
+    data = fig_json["data"] if isinstance(fig_json, dict) else fig_json
+    return sum(len(t.get("x") or []) for t in data if t.get("meta") == meta)
+
+
+# ---------------------------------------------------------------- exports and tables
+
+def tree_graphml(rec: StepRecord, stage: str | None = None, decode: Decode | None = None) -> str:
+    g = tree_graph(stage_nodes(rec, stage), decode)
+    g.nodes["root"].update(token=rec.root_token, text=token_label(decode, rec.root_token), depth=0)
+    g.graph.update(step=rec.step, stage=stage or "verified", method=rec.method)
+    return "\n".join(nx.generate_graphml(g))
+
+
+def nodes_table(rec: StepRecord, stage: str | None = None, decode: Decode | None = None) -> pd.DataFrame:
+    nodes = stage_nodes(rec, stage)
+    rank = ranks(nodes)
+    rows = [{"id": n["id"], "token": n["token"], "text": token_label(decode, n["token"]),
+             "parent": n["parent"], "depth": n["depth"], "provenance": provenance(n),
+             "log q_weak (nats)": n.get("weak_logp"), "log q_strong (nats)": n.get("strong_logp"),
+             "score s (nats)": n["score"], "path value V (nats)": n["value"], "rank": rank[n["id"]],
+             "graft point": bool(n.get("graft_point")), "selected": bool(n.get("selected")),
+             "accepted": bool(n.get("accepted")), "expanded by": n.get("expanded_by") or ""}
+            for n in nodes]
+    cols = ["id", "token", "text", "parent", "depth", "provenance", "log q_weak (nats)", "log q_strong (nats)",
+            "score s (nats)", "path value V (nats)", "rank", "graft point", "selected", "accepted", "expanded by"]
+    return pd.DataFrame(rows, columns=cols).sort_values("rank").reset_index(drop=True)
+
+
+def stage_diff(rec: StepRecord, stage: str) -> dict:
+    """What one stage changed relative to the previous one (for the walkthrough)."""
+    names = stage_names(rec)
+    i = names.index(stage)
+    now = {n["id"]: n for n in stage_nodes(rec, stage)}
+    before = {n["id"]: n for n in stage_nodes(rec, names[i - 1])} if i > 0 else {}
+    added = [n for k, n in now.items() if k not in before]
+    out = {"nodes": len(now), "added": len(added),
+           "added_by_provenance": {p: sum(provenance(n) == p for n in added) for p in PROVENANCE},
+           "newly_rescored": sum(1 for k, n in now.items() if n.get("rescored") and not before.get(k, {}).get("rescored")),
+           "graft_points": sum(1 for n in now.values() if n.get("graft_point")),
+           "selected": sum(1 for n in now.values() if n.get("selected")),
+           "accepted": sum(1 for n in now.values() if n.get("accepted"))}
+    return out
+
+
+def shaded_text_html(records: Iterable[StepRecord]) -> str:
+    """Generated text with each step's tokens (accepted + bonus) on its own shade."""
+    shades = ["#DCEBFA", "#FCE5CD", "#D9EAD3", "#EAD1DC", "#FFF2CC", "#D0E0E3"]
+    spans = []
+    for r in records:
+        title = f"step {r.step}: {r.accept_len} tokens" + (", strong drafter ran" if r.strong_called else "")
+        border = "border-bottom:2px solid #F58518;" if r.strong_called else ""
+        spans.append(f'<span title="{html.escape(title)}" style="background:{shades[r.step % len(shades)]};'
+                     f'{border}border-radius:3px;padding:0 1px">{html.escape(r.text)}</span>')
+    return f'<div style="white-space:pre-wrap;line-height:1.7;font-family:monospace">{"".join(spans)}</div>'
+
+
+# ---------------------------------------------------------------- live charts
+
+def _cumulative(records: list[StepRecord]) -> tuple[np.ndarray, np.ndarray]:
+    tokens = np.cumsum([r.accept_len for r in records], dtype=float)
+    wall = np.cumsum([r.wall_s for r in records], dtype=float)
+    return tokens, wall
+
+
+def accept_figure(records: list[StepRecord]) -> go.Figure:
+    fig = go.Figure()
+    for called, name, color in ((False, "weak drafter only", "#4C78A8"), (True, "strong drafter ran", "#F58518")):
+        rs = [r for r in records if r.strong_called == called]
+        fig.add_trace(go.Bar(x=[r.step for r in rs], y=[r.accept_len for r in rs], name=name, meta="points",
+                             marker_color=color,
+                             hovertemplate="step %{x}: %{y} tokens<extra>" + name + "</extra>"))
+    if records:
+        tau = sum(r.accept_len for r in records) / len(records)
+        fig.add_hline(y=tau, line_dash="dash", annotation_text=f"mean tau = {tau:.2f} tokens/forward")
+    fig.update_layout(title="Accepted length per step", barmode="overlay", height=320,
+                      xaxis=dict(title="step (one target forward each)", dtick=1 if len(records) <= 30 else None),
+                      yaxis=dict(title="accepted tokens + bonus (tokens)", rangemode="tozero"),
+                      meta={"kind": "accept", "points": len(records)}, margin=dict(t=50, b=40))
+    return fig
+
+
+def throughput_figure(runs: dict[str, list[StepRecord]]) -> go.Figure:
+    """Cumulative tokens against cumulative measured wall time, one line per method."""
+    fig = go.Figure()
+    for method, records in runs.items():
+        tokens, wall = _cumulative(records)
+        # Plain lists, not numpy: plotly would ship typed arrays, which tests and the browser count badly.
+        fig.add_trace(go.Scatter(x=wall.tolist(), y=tokens.tolist(), mode="lines+markers", name=method, meta="points",
+                                 hovertemplate="%{y:.0f} tokens after %{x:.2f} s<extra>" + method + "</extra>"))
+    fig.update_layout(title="Tokens generated against wall time (measured on this prompt)", height=320,
+                      xaxis=dict(title="wall time (s)", rangemode="tozero"),
+                      yaxis=dict(title="tokens generated (tokens)", rangemode="tozero"),
+                      meta={"kind": "throughput", "points": {m: len(r) for m, r in runs.items()}},
+                      margin=dict(t=50, b=40))
+    return fig
+
+
+def ar_time_at(ar: list[StepRecord], tokens: np.ndarray) -> np.ndarray:
+    """Time plain decoding took (or, past its end, would take at its mean rate) for n tokens."""
+    t, w = _cumulative(ar)
+    t, w = np.concatenate([[0.0], t]), np.concatenate([[0.0], w])
+    rate = w[-1] / t[-1] if t[-1] > 0 else float("nan")
+    return np.where(tokens <= t[-1], np.interp(tokens, t, w), tokens * rate)
+
+
+def speedup_figure(runs: dict[str, list[StepRecord]]) -> go.Figure:
+    """Running speedup: time ar needed for the same number of tokens / time this method took."""
+    fig = go.Figure()
+    ar = runs.get("ar")
+    if ar:
+        for method, records in runs.items():
+            if method == "ar" or not records:
+                continue
+            tokens, wall = _cumulative(records)
+            speed = ar_time_at(ar, tokens) / np.maximum(wall, 1e-9)
+            fig.add_trace(go.Scatter(x=tokens.tolist(), y=speed.tolist(), mode="lines+markers", name=method, meta="points",
+                                     hovertemplate="%{y:.2f}x after %{x:.0f} tokens<extra>" + method + "</extra>"))
+        fig.add_hline(y=1.0, line_dash="dot", annotation_text="ar = 1x")
+    else:
+        fig.add_annotation(text="Run the baselines to measure ar on this prompt", showarrow=False,
+                           x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.update_layout(title="Running speedup against plain decoding (ar)", height=320,
+                      xaxis=dict(title="tokens generated (tokens)", rangemode="tozero"),
+                      yaxis=dict(title="speedup vs ar (x, wall time ratio)", rangemode="tozero"),
+                      meta={"kind": "speedup"}, margin=dict(t=50, b=40))
+    return fig
+
+
+# ---------------------------------------------------------------- the scheduler
+
+def decisions_table(records: list[StepRecord]) -> pd.DataFrame:
+    rows = []
+    for r in records:
+        d = r.decision or {}
+        o = d.get("oracle") or {}
+        rows.append({"step": r.step, "policy": d.get("policy", "-"), "call strong": d.get("call"),
+                     "strong ran": r.strong_called, "score": d.get("score"), "threshold": d.get("threshold"),
+                     "oracle says call": o.get("call"), "oracle delta (tokens/s)": o.get("delta"),
+                     "accepted length (tokens)": r.accept_len, "step time (ms)": r.wall_s * 1e3,
+                     "reason": d.get("reason", "no scheduler for this method")}
+                    | {f"f:{k}": v for k, v in (d.get("features") or {}).items()})
+    return pd.DataFrame(rows)
+
+
+def decision_figure(records: list[StepRecord]) -> go.Figure:
+    """Top: the scheduler's score against its threshold (or the call itself for rule policies).
+    Bottom: accepted length, and the oracle's measured gain where the oracle ran."""
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
+                        subplot_titles=("Scheduler decision", "Outcome"))
+    steps = [r.step for r in records]
+    ds = [r.decision or {} for r in records]
+    scored = any(d.get("score") is not None for d in ds)
+    if scored:
+        fig.add_trace(go.Scatter(x=steps, y=[d.get("score") for d in ds], mode="lines+markers",
+                                 name="predicted value (score)", meta="points",
+                                 marker=dict(color=["#F58518" if d.get("call") else "#999" for d in ds], size=10)),
+                      row=1, col=1)
+        fig.add_trace(go.Scatter(x=steps, y=[d.get("threshold") for d in ds], mode="lines", name="threshold",
+                                 line=dict(dash="dash", color="black")), row=1, col=1)
+        ytitle = "score (scheduler units)"
+    else:
+        fig.add_trace(go.Scatter(x=steps, y=[1 if d.get("call") else 0 for d in ds], mode="markers",
+                                 name="call strong (1) / skip (0)", meta="points",
+                                 marker=dict(color=["#F58518" if d.get("call") else "#999" for d in ds], size=12),
+                                 hovertext=[d.get("reason", "") for d in ds], hoverinfo="text+x"), row=1, col=1)
+        ytitle = "decision (1 = call)"
+    fig.add_trace(go.Bar(x=steps, y=[r.accept_len for r in records], name="accepted length (tokens)",
+                         marker_color=["#F58518" if r.strong_called else "#4C78A8" for r in records]), row=2, col=1)
+    oracle = [(r.step, d["oracle"]) for r, d in zip(records, ds) if d.get("oracle")]
+    if oracle:
+        fig.add_trace(go.Scatter(x=[s for s, _ in oracle], y=[o["delta"] for _, o in oracle], mode="markers",
+                                 name="oracle gain of calling (tokens/s)", yaxis="y3",
+                                 marker=dict(symbol=["triangle-up" if o["call"] else "triangle-down" for _, o in oracle],
+                                             size=12, color="#54A24B")), row=2, col=1)
+    fig.update_yaxes(title_text=ytitle, row=1, col=1)
+    fig.update_yaxes(title_text="tokens per forward (tokens)", row=2, col=1)
+    fig.update_xaxes(title_text="step (one target forward each)", row=2, col=1)
+    fig.update_layout(height=480, meta={"kind": "decisions", "points": len(records)}, margin=dict(t=60, b=40))
+    return fig
+
+
+# ---------------------------------------------------------------- benchmarks
+
+BENCH_METRICS = {"tokens_per_s": "throughput (tokens/s)", "speedup_vs_ar": "speedup vs ar (x)",
+                 "tau": "tau (tokens per target forward)", "mean_tree_size": "mean tree size (nodes)",
+                 "strong_calls": "strong drafter calls (calls)"}
+
+
+def read_bench_dir(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """results.csv (required) and summary.csv (optional) of `python -m treegraft bench`."""
+    p = Path(str(path)).expanduser()
+    if not str(path).strip():
+        raise ValueError("enter the path of a benchmark results directory")
+    if not p.is_dir():
+        raise FileNotFoundError(f"not a directory: {p}")
+    if not (p / "results.csv").is_file():
+        raise FileNotFoundError(f"{p} has no results.csv; run `python -m treegraft bench --out {p}` first")
+    try:
+        results = pd.read_csv(p / "results.csv")
+        summary = pd.read_csv(p / "summary.csv") if (p / "summary.csv").is_file() else None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise ValueError(f"cannot read the CSV files in {p}: {e}") from e
+    missing = {"category", "method"} - set(results.columns)
+    if missing:
+        raise ValueError(f"{p / 'results.csv'} lacks the columns {sorted(missing)}")
+    return results, summary
+
+
+def bench_table(results: pd.DataFrame) -> pd.DataFrame:
+    """Mean of each metric per category and method."""
+    cols = [c for c in BENCH_METRICS if c in results.columns]
+    return results.groupby(["category", "method"], as_index=False)[cols].mean(numeric_only=True)
+
+
+def bench_figures(results: pd.DataFrame) -> list[go.Figure]:
+    table = bench_table(results)
+    figs = []
+    for col, label in BENCH_METRICS.items():
+        if col not in table.columns:
+            continue
+        fig = go.Figure()
+        for method, rows in table.groupby("method", sort=False):
+            fig.add_trace(go.Bar(x=rows["category"], y=rows[col], name=str(method), meta="points"))
+        fig.update_layout(title=f"{label} by category and method (mean over prompts)", barmode="group",
+                          height=340, xaxis_title="category", yaxis_title=label,
+                          meta={"kind": f"bench:{col}"}, margin=dict(t=50, b=40))
+        figs.append(fig)
+    return figs
