@@ -132,9 +132,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+DELEGATED = {"bench": "bench", "distill": "distill", "scheduler": "value"}
+
+
 def main(argv=None) -> int:
-    parser = build_parser()
-    a = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in DELEGATED:
+        # argparse.REMAINDER drops options that come first (`bench --suite all`): hand them over whole.
+        m = DELEGATED[argv[0]]
+        a = argparse.Namespace(rest=argv[1:], func=lambda a: __import__(f"treegraft.{m}", fromlist=["main"]).main(a.rest))
+    else:
+        a = build_parser().parse_args(argv)
     try:
         return a.func(a) or 0
     except (ConfigError, ModelLoadError, UsageError, FileNotFoundError) as e:

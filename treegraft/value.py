@@ -249,22 +249,49 @@ def cmd_train(a) -> int:
     return 0
 
 
+def split_methods(text: str) -> list[str]:
+    """Split on commas outside [...]: 'a,b[x=1,y=2],c' -> ['a', 'b[x=1,y=2]', 'c']."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [m for m in out + [cur] if m]
+
+
+def method_config(a, spec: str, gen_config):
+    """`treegraft:always[graft_g=0,blend=0]`: method, policy, and GraftConfig overrides (ablations)."""
+    spec, _, knobs = spec.partition("[")
+    method, _, policy = spec.partition(":")
+    a.policy = policy or None
+    cfg = gen_config(a, method)
+    cfg.record_stages = False
+    for kv in filter(None, knobs.rstrip("]").split(",")):
+        key, _, val = kv.partition("=")
+        if not hasattr(cfg.graft, key):
+            raise ValueError(f"unknown TreeGraft knob {key!r} in {spec}[{knobs}")
+        setattr(cfg.graft, key, type(getattr(cfg.graft, key))(val))
+    cfg.check()
+    return cfg
+
+
 def cmd_compare(a) -> int:
     from .cli import encode_prompt, gen_config
     from .engine import Engine
     from .models import load_trio
     from .record import summarize
     trio = load_trio(a.target, a.weak, a.strong, a.device, None if a.dtype == "auto" else a.dtype)
-    methods = a.methods.split(",")
+    methods = split_methods(a.methods)
     prompts = held_prompts(a.per_suite, a.offset, a.suites)
     totals = {m: {"tokens": 0, "forwards": 0, "wall": 0.0, "extra": 0.0, "calls": 0} for m in methods}
     for p in prompts:
         ids = encode_prompt(trio.tokenizer, p.text, False)
         for m in methods:  # interleaved: machine drift hits every method alike
-            method, _, policy = m.partition(":")
-            a.policy = policy or None
-            cfg = gen_config(a, method)
-            cfg.record_stages = False
+            cfg = method_config(a, m, gen_config)
             engine = Engine(trio, cfg)
             t = time.perf_counter()
             recs = list(engine.generate(ids))
