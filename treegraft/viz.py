@@ -188,7 +188,7 @@ def tree_figure(rec: StepRecord, stage: str | None = None, decode: Decode | None
     g = tree_graph(shown, decode)
     pos = tidy_layout(g)
     rank = ranks(nodes)
-    labels = len(shown) <= 48  # token text next to markers only while it stays readable
+    labels = len(tree) <= 48  # token text next to the tree's markers only while it stays readable
 
     fig = go.Figure()
     fig.add_trace(_edges(g, pos, [n["id"] for n in pruned], "pruned edges", "rgba(160,160,160,0.35)", 1))
@@ -226,9 +226,10 @@ def tree_figure(rec: StepRecord, stage: str | None = None, decode: Decode | None
         xaxis=dict(title="depth below the root (tokens)", dtick=1, zeroline=False),
         yaxis=dict(title="candidates, most likely path on top", autorange="reversed",
                    showticklabels=False, zeroline=False, showgrid=False),
-        height=int(min(1400, max(380, 60 + 16 * rows))), hovermode="closest",
-        legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0),
-        margin=dict(l=40, r=20, t=90, b=40),
+        height=int(min(1400, max(420, 170 + 13 * rows))), hovermode="closest",
+        # Legend under the plot: above it, it collides with the title in narrow columns.
+        legend=dict(orientation="h", yanchor="top", y=-0.1, x=0),
+        margin=dict(l=40, r=20, t=50, b=120),
         meta={"kind": "tree", "step": rec.step, "stage": stage, "tree_nodes": len(tree),
               "pruned_nodes": len(pruned)})
     return fig
@@ -355,7 +356,7 @@ def throughput_figure(runs: dict[str, list[StepRecord]]) -> go.Figure:
         # Plain lists, not numpy: plotly would ship typed arrays, which tests and the browser count badly.
         fig.add_trace(go.Scatter(x=wall.tolist(), y=tokens.tolist(), mode="lines+markers", name=method, meta="points",
                                  hovertemplate="%{y:.0f} tokens after %{x:.2f} s<extra>" + method + "</extra>"))
-    fig.update_layout(title="Tokens generated against wall time (measured on this prompt)", height=320,
+    fig.update_layout(title="Tokens vs measured wall time", height=320,
                       xaxis=dict(title="wall time (s)", rangemode="tozero"),
                       yaxis=dict(title="tokens generated (tokens)", rangemode="tozero"),
                       meta={"kind": "throughput", "points": {m: len(r) for m, r in runs.items()}},
@@ -387,7 +388,7 @@ def speedup_figure(runs: dict[str, list[StepRecord]]) -> go.Figure:
     else:
         fig.add_annotation(text="Run the baselines to measure ar on this prompt", showarrow=False,
                            x=0.5, y=0.5, xref="paper", yref="paper")
-    fig.update_layout(title="Running speedup against plain decoding (ar)", height=320,
+    fig.update_layout(title="Running speedup vs ar", height=320,
                       xaxis=dict(title="tokens generated (tokens)", rangemode="tozero"),
                       yaxis=dict(title="speedup vs ar (x, wall time ratio)", rangemode="tozero"),
                       meta={"kind": "speedup"}, margin=dict(t=50, b=40))
@@ -443,6 +444,7 @@ def decision_figure(records: list[StepRecord]) -> go.Figure:
     fig.update_yaxes(title_text=ytitle, row=1, col=1)
     fig.update_yaxes(title_text="tokens per forward (tokens)", row=2, col=1)
     fig.update_xaxes(title_text="step (one target forward each)", row=2, col=1)
+    fig.update_xaxes(dtick=1 if len(records) <= 30 else None)
     fig.update_layout(height=480, meta={"kind": "decisions", "points": len(records)}, margin=dict(t=60, b=40))
     return fig
 

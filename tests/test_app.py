@@ -1,0 +1,186 @@
+"""The Streamlit app under AppTest, on the real default trio (fp32, CPU unless TREEGRAFT_TEST_DEVICE).
+
+Every page runs without an exception; after Step the tree figure shows exactly the step record's
+selected nodes; the stage slider changes the figure; bad input shows st.error, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from treegraft import viz
+from treegraft.record import StepRecord
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app.py")
+PAGES = ["pages/1_Scheduler.py", "pages/2_Benchmarks.py", "pages/3_How_it_works.py"]
+TIMEOUT = 180  # first Step loads the trio; a busy shared CPU is slow
+
+
+@pytest.fixture(autouse=True)
+def app_env(monkeypatch):
+    monkeypatch.setenv("TREEGRAFT_DTYPE", "float32")
+    monkeypatch.setenv("TREEGRAFT_DEVICE", os.environ.get("TREEGRAFT_TEST_DEVICE", "cpu"))
+
+
+def fresh(max_new_tokens: int = 16) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at.number_input(key="w_max_new_tokens").set_value(max_new_tokens).run()
+    return at
+
+
+def clean(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def figures(at: AppTest) -> dict:
+    """Plotly figures on the page by their layout.meta.kind (a list where a kind repeats)."""
+    out: dict = {}
+    for chart in at.get("plotly_chart"):
+        spec = json.loads(chart.proto.spec)
+        out.setdefault(spec["layout"]["meta"]["kind"], []).append(spec)
+    return out
+
+
+def test_every_page_runs_before_any_step():
+    for page in [APP] + [str(ROOT / p) for p in PAGES]:
+        at = AppTest.from_file(page, default_timeout=TIMEOUT).run()
+        clean(at)
+        # Benchmarks may find a results directory under runs/ and show it straight away.
+        assert at.info or at.success, f"{page} should say what to do first"
+
+
+def test_step_draws_the_selected_tree_and_the_stage_slider_replays_it():
+    at = fresh()
+    at.button(key="step").click().run()
+    clean(at)
+    rec = at.session_state["run"].records[-1]
+    tree = figures(at)["tree"][0]
+    assert tree["layout"]["meta"]["stage"] == "verified"
+    assert viz.count_points(tree, "tree") == len(rec.selected) > 0
+    assert viz.count_points(tree, "pruned") == len(rec.nodes) - len(rec.selected)
+
+    stage = at.select_slider[0]
+    assert list(stage.options) == [s["name"] for s in rec.stages]
+    stage.set_value("weak pool").run()
+    clean(at)
+    pool = figures(at)["tree"][0]
+    assert pool["layout"]["meta"]["stage"] == "weak pool"
+    assert viz.count_points(pool, "tree") == len(viz.stage_nodes(rec, "weak pool")) != len(rec.selected)
+    assert pool["data"] != tree["data"]
+
+    at.button(key="step").click().run()
+    clean(at)
+    recs = at.session_state["run"].records
+    charts = figures(at)
+    assert len(recs) == 2 and charts["tree"][0]["layout"]["meta"]["step"] == 1
+    assert viz.count_points(charts["tree"][0], "tree") == len(recs[-1].selected)
+    assert viz.count_points(charts["accept"][0], "points") == 2
+    assert viz.count_points(charts["throughput"][0], "points") == 2
+    shaded = next(m.value for m in at.markdown if "pre-wrap" in m.value)  # the generated text
+    assert all(f"step {r.step}: {r.accept_len} tokens" in shaded for r in recs)
+
+    # The other pages read the same run.
+    at.switch_page("pages/1_Scheduler.py").run()
+    clean(at)
+    assert viz.count_points(figures(at)["decisions"][0], "points") == 2
+    at.button(key="whatif_go").click().run()
+    clean(at)
+    trees = figures(at)["tree"]
+    assert len(trees) == 2  # with and without the strong drafter, side by side
+    for t in trees:
+        assert viz.count_points(t, "tree") == t["layout"]["meta"]["tree_nodes"] > 0
+    assert "with the strong drafter" in trees[0]["layout"]["title"]["text"]
+
+    at.switch_page("pages/3_How_it_works.py").run()
+    clean(at)
+    walk = figures(at)["tree"][0]
+    assert walk["layout"]["meta"]["stage"] == "weak pool"
+    at.select_slider[0].set_value("verified").run()
+    clean(at)
+    assert viz.count_points(figures(at)["tree"][0], "tree") == len(recs[1].selected)
+
+    at.switch_page("app.py").run()
+    clean(at)
+    assert len(at.session_state["run"].records) == 2  # the run survives the page round trip
+
+
+def test_how_it_works_runs_its_own_step():
+    at = AppTest.from_file(str(ROOT / PAGES[2]), default_timeout=TIMEOUT).run()
+    at.button(key="walk_run").click().run()
+    clean(at)
+    rec = at.session_state["run"].records[-1]
+    names = [s["name"] for s in rec.stages]
+    assert list(at.select_slider[0].options) == names
+    assert figures(at)["tree"][0]["layout"]["meta"]["tree_nodes"] == len(viz.stage_nodes(rec, names[0]))
+
+
+@pytest.mark.parametrize("widget,key,value,message", [
+    ("text_area", "prompt", "   ", "the prompt is empty"),
+    ("text_input", "w_target", "/no/such/model", "model path not found: /no/such/model"),
+    ("text_input", "w_weak", "no-such-org/no-such-model", "not in the local Hugging Face cache"),
+    ("number_input", "w_budget", 0, "budget must be an integer in [1, 512], got 0"),
+    ("number_input", "w_budget", 10000, "budget must be an integer in [1, 512], got 10000"),
+    ("number_input", "w_depth", 0, "depth must be an integer in [1, 32]"),
+    ("number_input", "w_top_p", 0.0, "top_p must be in (0, 1]"),
+])
+def test_bad_input_shows_a_specific_error(widget, key, value, message):
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    getattr(at, widget)(key=key).set_value(value).run()
+    at.button(key="step").click().run()
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert any(message in e for e in errors), errors
+    assert not any("Traceback" in e for e in errors)
+
+
+def test_benchmarks_page_opens_a_results_directory(tmp_path):
+    at = AppTest.from_file(str(ROOT / PAGES[1]), default_timeout=TIMEOUT).run()
+    at.text_input(key="bench_dir").set_value(str(tmp_path / "missing")).run()
+    assert not at.exception and "not a directory" in at.error[0].value
+    at.text_input(key="bench_dir").set_value(str(tmp_path)).run()
+    assert not at.exception and "has no results.csv" in at.error[0].value
+    # A results.csv with the bench's columns (test data: the page must plot whatever it is given).
+    rows = ["prompt_id,category,method,new_tokens,target_forwards,tau,wall_s,tokens_per_s,speedup_vs_ar,"
+            "strong_calls,mean_tree_size"]
+    for i, cat in enumerate(("coding", "math")):
+        for m, tps in (("ar", 20.0), ("tree-weak", 24.0), ("treegraft", 27.0)):
+            rows.append(f"p{i},{cat},{m},32,{16 if m != 'ar' else 32},{2.0 if m != 'ar' else 1.0},1.5,{tps},"
+                        f"{tps / 20.0},{3 if m == 'treegraft' else 0},{16 if m != 'ar' else 0}")
+    (tmp_path / "results.csv").write_text("\n".join(rows) + "\n")
+    at.text_input(key="bench_dir").set_value(str(tmp_path)).run()
+    clean(at)
+    charts = [c for k, v in figures(at).items() if k.startswith("bench:") for c in v]
+    assert len(charts) == 5
+    for c in charts:
+        assert viz.count_points(c, "points") == 6  # 2 categories x 3 methods
+    (tmp_path / "results.csv").write_text("not,a\n\"broken")
+    at.text_input(key="bench_dir").set_value(str(tmp_path) + "/").run()
+    assert not at.exception and at.error
+
+
+def test_viz_alone_on_a_hand_built_record():
+    """viz needs no Streamlit and no model: a 4-node record, drawn and exported."""
+    def node(i, token, parent, depth, value, origin="weak", **kw):
+        return {"id": i, "token": token, "parent": parent, "depth": depth, "score": value, "value": value,
+                "origin": origin, "weak_logp": value, "strong_logp": None, "rescored": False,
+                "graft_point": False, "selected": True, "accepted": False, "expanded_by": None} | kw
+    nodes = [node(0, 10, -1, 1, -0.1, accepted=True), node(1, 11, -1, 1, -2.0),
+             node(2, 12, 0, 2, -0.5, origin="graft"), node(3, 13, 0, 2, -3.0, selected=False)]
+    rec = StepRecord(step=0, method="treegraft", root_token=1, root_pos=5, nodes=nodes, selected=[0, 1, 2],
+                     accepted=[0], bonus=99, new_tokens=[10, 99], stages=[{"name": "verified", "nodes": nodes}],
+                     times={"verify": 0.01})
+    fig = viz.tree_figure(rec, decode=lambda t: f"t{t}").to_plotly_json()
+    assert viz.count_points(fig, "tree") == 3 and viz.count_points(fig, "pruned") == 1
+    overlay = {t["name"]: len(t["x"]) for t in fig["data"] if t.get("meta") == "overlay"}
+    assert overlay == {"accepted by the target": 1, "first rejected (target disagreed)": 1,
+                       "bonus: the target's own next token": 1}
+    pos = viz.tidy_layout(viz.tree_graph(nodes))
+    assert all(pos[n["id"]][0] == n["depth"] for n in nodes) and pos["root"][0] == 0
+    assert pos[0][1] < pos[1][1]  # the more likely branch is drawn on top
+    assert "<graphml" in viz.tree_graphml(rec) and len(viz.nodes_table(rec)) == 4
