@@ -38,8 +38,9 @@ def controls() -> dict:
            "play": c[2].button("Play / Pause", key="play", help="step until the end or until paused"),
            "reset": c[3].button("Reset", key="reset")}
     act["n"] = int(c[4].number_input("N", min_value=1, max_value=200, value=8, key="n_steps"))
-    act["live"] = c[5].checkbox("Compare live: step ar, tree-weak and tree-strong to the same length after each "
-                                "Step (real runs, slower)", key="live")
+    act["live"] = c[5].checkbox("Compare live", key="live",
+                                help="after every Step, also run ar, tree-weak and tree-strong on this prompt to the "
+                                     "same length (real runs, so each Step takes longer)")
     return act
 
 

@@ -49,7 +49,8 @@ def show_branch(col, name: str, rec, decode) -> None:
 def what_if(run: ui.Run) -> None:
     st.subheader("What if the scheduler had decided the other way?")
     st.caption("Rebuilds the engine from the same prefix (prompt + tokens accepted before that step), then "
-               "runs that one step with the strong drafter forced on and forced off. Real forwards, real times.")
+               "runs that one step with the strong drafter forced on and forced off. Real forwards, real times; "
+               "with sampling both branches start from the run's seed.")
     k = st.selectbox("Step", options=list(range(len(run.records))), index=len(run.records) - 1, key="whatif_step")
     orig = run.records[k]
     st.write(f"Originally: strong drafter {'called' if orig.strong_called else 'skipped'}, "

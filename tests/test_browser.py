@@ -150,7 +150,7 @@ def test_step_twice_draws_tree_and_charts(page):
     speed = {t["name"]: t["n"] for t in got["speedup"]["traces"]}
     assert speed["treegraft"] == 2 and speed["tree-weak"] >= 1 and speed["tree-strong"] >= 1
     assert got["speedup"]["drawn"] == sum(speed.values())
-    shoot(page, "step-through", 2600)
+    shoot(page, "step-through", 3300)
 
 
 def test_other_pages_render(page):

@@ -453,7 +453,8 @@ def decision_figure(records: list[StepRecord]) -> go.Figure:
 
 BENCH_METRICS = {"tokens_per_s": "throughput (tokens/s)", "speedup_vs_ar": "speedup vs ar (x)",
                  "tau": "tau (tokens per target forward)", "mean_tree_size": "mean tree size (nodes)",
-                 "strong_calls": "strong drafter calls (calls)"}
+                 "strong_calls": "strong drafter calls (calls)",
+                 "matches_ar": "output identical to ar (fraction of prompts)"}
 
 
 def read_bench_dir(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame | None]:
