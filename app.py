@@ -150,7 +150,7 @@ def main() -> None:
     st.title("TreeGraft: step through")
     st.write("A weak and a strong drafter grow one shared draft tree; the target model verifies it in a single "
              "forward pass. Everything below is computed live on real models.")
-    s = ui.settings_sidebar()
+    s = ui.settings_sidebar("step")
     prompt = prompt_box()
     a = controls()
     act(s, prompt, a)

@@ -68,7 +68,7 @@ def what_if(run: ui.Run) -> None:
 
 def main() -> None:
     st.title("Scheduler")
-    ui.settings_sidebar()
+    ui.settings_sidebar("scheduler")
     run = ensure_records()
     if run is None:
         return

@@ -72,7 +72,7 @@ def walkthrough(run: ui.Run) -> None:
 def main() -> None:
     st.title("How it works")
     st.markdown(INTRO)
-    ui.settings_sidebar()
+    ui.settings_sidebar("how")
     run = ui.current_run()
     if run is None or not run.records:
         st.info("This page explains a real step. Run one now (TreeGraft, sidebar settings, the main page's prompt).")

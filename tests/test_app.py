@@ -121,6 +121,19 @@ def test_play_runs_to_the_end_and_reset_clears():
     assert "run" not in at.session_state and at.info
 
 
+def test_settings_survive_a_round_trip_through_the_other_pages():
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at.selectbox(key="w_policy").set_value("never").run()
+    at.number_input(key="w_temperature").set_value(0.5).run()
+    at.text_area(key="prompt").set_value("Name three trees.").run()
+    for page in PAGES + ["app.py"]:
+        at.switch_page(page).run()
+        clean(at)
+    assert at.selectbox(key="w_policy").value == "never"
+    assert at.number_input(key="w_temperature").value == 0.5
+    assert at.text_area(key="prompt").value == "Name three trees."
+
+
 def test_how_it_works_runs_its_own_step():
     at = AppTest.from_file(str(ROOT / PAGES[2]), default_timeout=TIMEOUT).run()
     at.button(key="walk_run").click().run()

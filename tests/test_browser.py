@@ -72,7 +72,7 @@ def app_url(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def page(app_url):
+def browser_page(app_url):
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         pg = browser.new_page(viewport={"width": 1500, "height": 1100})
@@ -119,7 +119,8 @@ def nav(page, label: str, text: str) -> None:
     idle(page, text)
 
 
-def test_step_twice_draws_tree_and_charts(page):
+def test_step_twice_draws_tree_and_charts(browser_page):
+    page = browser_page
     idle(page, "Press Step")
     for k in range(2):
         page.get_by_role("button", name="Step", exact=True).click()
@@ -153,7 +154,8 @@ def test_step_twice_draws_tree_and_charts(page):
     shoot(page, "step-through", 3300)
 
 
-def test_other_pages_render(page):
+def test_other_pages_render(browser_page):
+    page = browser_page
     nav(page, "Scheduler", "Decision timeline")
     assert "decisions" in plots(page)
     page.get_by_role("button", name="Rerun this step both ways").click()

@@ -97,46 +97,49 @@ def settings() -> dict:
     return st.session_state["settings"]
 
 
-def _widget(kind, label: str, name: str, **kw):
-    """A sidebar widget bound to settings[name]. Widget state is dropped when the page changes,
-    so the value lives in st.session_state["settings"] and seeds the widget each time."""
+def _widget(kind, label: str, name: str, seed: bool, **kw):
+    """A sidebar widget bound to settings[name]. A widget on another page is another widget to
+    Streamlit (its state does not carry over), so the value lives in st.session_state["settings"]
+    and seeds the widget whenever the page changes."""
     s, key = settings(), f"w_{name}"
-    if key not in st.session_state:
+    if seed or key not in st.session_state:
         st.session_state[key] = s[name]
     s[name] = kind(label, key=key, **kw)
     return s[name]
 
 
-def settings_sidebar() -> dict:
+def settings_sidebar(page: str) -> dict:
+    seed = st.session_state.get("settings_page") != page
+    st.session_state["settings_page"] = page
     sb = st.sidebar
     with sb.expander("Models", expanded=False):
-        _widget(st.text_input, "Target", "target", help="'default' (embedded SmolLM2-135M-Instruct), a local "
+        _widget(st.text_input, "Target", "target", seed, help="'default' (embedded SmolLM2-135M-Instruct), a local "
                 "directory, a .gguf file, or a Hugging Face id already in the local cache")
-        _widget(st.text_input, "Weak drafter", "weak", help="'default' = assets/drafters/weak")
-        _widget(st.text_input, "Strong drafter", "strong", help="'default' = assets/drafters/strong")
-        _widget(st.selectbox, "Device", "device", options=["auto", "cpu", "cuda"])
-        _widget(st.selectbox, "Dtype", "dtype", options=["auto", "float32", "bfloat16"],
+        _widget(st.text_input, "Weak drafter", "weak", seed, help="'default' = assets/drafters/weak")
+        _widget(st.text_input, "Strong drafter", "strong", seed, help="'default' = assets/drafters/strong")
+        _widget(st.selectbox, "Device", "device", seed, options=["auto", "cpu", "cuda"])
+        _widget(st.selectbox, "Dtype", "dtype", seed, options=["auto", "float32", "bfloat16"],
                 help="auto = bfloat16 where the CPU/GPU has it; exactness checks want float32")
     with sb.expander("Tree and decoding", expanded=True):
-        _widget(st.selectbox, "Method", "method", options=list(METHODS))
-        _widget(st.selectbox, "Scheduler policy", "policy", options=policies(),
+        _widget(st.selectbox, "Method", "method", seed, options=list(METHODS))
+        _widget(st.selectbox, "Scheduler policy", "policy", seed, options=policies(),
                 help="when TreeGraft calls the strong drafter")
-        _widget(st.number_input, "every k (for every-k)", "every_k", step=1, min_value=1)
+        _widget(st.number_input, "every k (for every-k)", "every_k", seed, step=1, min_value=1)
         # No min/max here on purpose: the engine's own check explains an impossible value.
-        _widget(st.number_input, "Budget N (tree nodes sent to the target)", "budget", step=1)
-        _widget(st.number_input, "Depth D (tokens)", "depth", step=1)
-        _widget(st.number_input, "Top-k children per node", "topk", step=1)
-        _widget(st.number_input, "Max new tokens", "max_new_tokens", step=8)
-        _widget(st.number_input, "Temperature (0 = greedy)", "temperature", step=0.1, format="%.2f")
-        _widget(st.number_input, "Top-p", "top_p", step=0.05, format="%.2f")
-        _widget(st.number_input, "Seed", "seed", step=1)
+        _widget(st.number_input, "Budget N (tree nodes sent to the target)", "budget", seed, step=1)
+        _widget(st.number_input, "Depth D (tokens)", "depth", seed, step=1)
+        _widget(st.number_input, "Top-k children per node", "topk", seed, step=1)
+        _widget(st.number_input, "Max new tokens", "max_new_tokens", seed, step=8)
+        _widget(st.number_input, "Temperature (0 = greedy)", "temperature", seed, step=0.1, format="%.2f")
+        _widget(st.number_input, "Top-p", "top_p", seed, step=0.05, format="%.2f")
+        _widget(st.number_input, "Seed", "seed", seed, step=1)
     with sb.expander("TreeGraft refinement", expanded=False):
-        _widget(st.number_input, "M: pool nodes rescored", "rescore_m", step=1)
-        _widget(st.number_input, "k_r: strong top-k recovered per parent", "recover_k", step=1)
-        _widget(st.number_input, "G: graft positions", "graft_g", step=1)
-        _widget(st.number_input, "h: graft depth (tokens)", "graft_h", step=1)
-        _widget(st.number_input, "children per graft node", "graft_k", step=1)
-        _widget(st.number_input, "blend (weight of log q_strong)", "blend", step=0.1, format="%.2f")
+        _widget(st.number_input, "M: pool nodes rescored", "rescore_m", seed, step=1)
+        _widget(st.number_input, "k_r: strong top-k recovered per parent", "recover_k", seed, step=1)
+        _widget(st.number_input, "G: graft positions", "graft_g", seed, step=1)
+        _widget(st.number_input, "h: graft depth (tokens)", "graft_h", seed, step=1)
+        _widget(st.number_input, "children per graft node", "graft_k", seed, step=1)
+        _widget(st.number_input, "blend (weight of log q_strong)", "blend", seed, step=0.1, format="%.2f")
     return settings()
 
 
