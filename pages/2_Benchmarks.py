@@ -35,10 +35,44 @@ def show(path: str) -> None:
         st.dataframe(results, hide_index=True)
 
 
+def run_small(s: dict) -> None:
+    """Run (or resume) a small real benchmark with the sidebar's models and tree settings."""
+    from treegraft.bench.prompts import SUITES, load_suite
+    from treegraft.bench.run import run_bench
+    with st.expander("Run a small benchmark now (real runs; minutes on a CPU)"):
+        c = st.columns(4)
+        suite = c[0].selectbox("Prompt set", ["all", *SUITES], key="bench_suite")
+        limit = int(c[1].number_input("Prompts per set", min_value=1, max_value=50, value=1, key="bench_limit"))
+        tokens = int(c[2].number_input("Max new tokens", min_value=1, max_value=512, value=32, key="bench_tokens"))
+        out = c[3].text_input("Output directory", value=str(ROOT / "runs" / "app-bench"), key="bench_out",
+                              help="resumed if it exists with the same configuration")
+        methods = st.multiselect("Methods", ["ar", "tree-weak", "tree-strong", "treegraft", "assisted"],
+                                 default=["ar", "tree-weak", "tree-strong", "treegraft"], key="bench_methods")
+        if not st.button("Run benchmark", key="bench_run"):
+            return
+        with ui.guard("run the benchmark"):
+            if not methods:
+                raise ValueError("choose at least one method")
+            cfg = ui.make_config(s, max_new_tokens=tokens)
+            prompts = load_suite(suite, limit)
+            trio = ui.trio_for(s)
+            bar = st.progress(0.0, text="warming up")
+
+            def progress(done, total, row):
+                bar.progress(done / total, text=f"{done} of {total}: {row['prompt_id']} {row['method']} "
+                                                f"{row['tokens_per_s']:.1f} tokens/s")
+            run_bench(trio, prompts, methods, cfg, out, progress=progress,
+                      meta={"source": f"app:suite:{suite}", "limit": limit})
+            bar.empty()
+            st.session_state["bench_dir"] = out  # show what was just measured
+
+
 def main() -> None:
     st.title("Benchmarks")
     st.write("Produce a results directory with `python -m treegraft bench ...` (prompts from MT-Bench, "
              "HumanEval, Natural Questions, XSum, translation and math word problems), then open it here.")
+    s = ui.settings_sidebar("bench")
+    run_small(s)
     ui.restore("bench_dir", latest_results())
     path = st.text_input("Results directory (holds results.csv and, optionally, summary.csv)", key="bench_dir")
     ui.save("bench_dir")

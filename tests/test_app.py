@@ -188,6 +188,27 @@ def test_benchmarks_page_opens_a_results_directory(tmp_path):
     assert not at.exception and at.error
 
 
+def test_benchmarks_page_runs_a_small_benchmark(tmp_path):
+    from treegraft.bench.prompts import PromptSetError, package_file
+    try:
+        package_file("math")
+    except PromptSetError as e:
+        pytest.skip(str(e))
+    at = AppTest.from_file(str(ROOT / PAGES[1]), default_timeout=TIMEOUT).run()
+    at.number_input(key="w_max_new_tokens").set_value(4).run()
+    at.selectbox(key="bench_suite").set_value("math")
+    at.number_input(key="bench_tokens").set_value(4)
+    at.text_input(key="bench_out").set_value(str(tmp_path / "bench"))
+    at.multiselect(key="bench_methods").set_value(["ar", "treegraft"])
+    at.button(key="bench_run").click().run()
+    clean(at)
+    assert at.text_input(key="bench_dir").value == str(tmp_path / "bench")
+    charts = figures(at)
+    tps = charts["bench:tokens_per_s"][0]
+    assert viz.count_points(tps, "points") == 2  # one prompt, two methods, measured just now
+    assert (tmp_path / "bench" / "results.csv").is_file()
+
+
 def test_viz_alone_on_a_hand_built_record():
     """viz needs no Streamlit and no model: a 4-node record, drawn and exported."""
     def node(i, token, parent, depth, value, origin="weak", **kw):
