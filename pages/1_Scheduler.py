@@ -35,6 +35,7 @@ def timeline(run: ui.Run) -> None:
                "appear for the learned policy; the oracle's measured gain (tokens/s with minus without the "
                "strong drafter) appears where the oracle ran.")
     st.plotly_chart(viz.decision_figure(run.records), key="decision_chart")
+    st.plotly_chart(viz.features_figure(run.records), key="features_chart")
     st.dataframe(viz.decisions_table(run.records), hide_index=True)
 
 

@@ -89,6 +89,8 @@ def test_step_draws_the_selected_tree_and_the_stage_slider_replays_it():
     at.switch_page("pages/1_Scheduler.py").run()
     clean(at)
     assert viz.count_points(figures(at)["decisions"][0], "points") == 2
+    features = figures(at)["features"][0]
+    assert viz.count_points(features, "points") == 2 * len(recs[0].decision["features"])
     at.button(key="whatif_go").click().run()
     clean(at)
     trees = figures(at)["tree"]

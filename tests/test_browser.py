@@ -159,9 +159,13 @@ def test_other_pages_render(browser_page):
     nav(page, "Scheduler", "Decision timeline")
     assert "decisions" in plots(page)
     page.get_by_role("button", name="Rerun this step both ways").click()
-    page.get_by_text("with the strong drafter", exact=False).first.wait_for()
+    page.wait_for_function(  # both what-if trees drawn (the caption's words would match too early)
+        "() => Array.from(document.querySelectorAll('.js-plotly-plot')).filter("
+        "d => d.layout && d.layout.meta && d.layout.meta.kind === 'tree').length === 2")
     idle(page)
-    shoot(page, "scheduler", 2000)
+    trees = [p for p in page.evaluate(PLOTS) if p["meta"].get("kind") == "tree"]
+    assert all(count(t, "tree") == t["meta"]["tree_nodes"] == BUDGET for t in trees)
+    shoot(page, "scheduler", 2700)
 
     nav(page, "How it works", "Stage")
     walk = plots(page)["tree"]

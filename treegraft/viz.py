@@ -432,7 +432,8 @@ def decision_figure(records: list[StepRecord]) -> go.Figure:
                                  name="call strong (1) / skip (0)", meta="points",
                                  marker=dict(color=["#F58518" if d.get("call") else "#999" for d in ds], size=12),
                                  hovertext=[d.get("reason", "") for d in ds], hoverinfo="text+x"), row=1, col=1)
-        ytitle = "decision (1 = call)"
+        ytitle = "decision"
+        fig.update_yaxes(range=[-0.5, 1.5], tickvals=[0, 1], ticktext=["skip", "call"], row=1, col=1)
     fig.add_trace(go.Bar(x=steps, y=[r.accept_len for r in records], name="accepted length (tokens)",
                          marker_color=["#F58518" if r.strong_called else "#4C78A8" for r in records]), row=2, col=1)
     oracle = [(r.step, d["oracle"]) for r, d in zip(records, ds) if d.get("oracle")]
@@ -446,6 +447,32 @@ def decision_figure(records: list[StepRecord]) -> go.Figure:
     fig.update_xaxes(title_text="step (one target forward each)", row=2, col=1)
     fig.update_xaxes(dtick=1 if len(records) <= 30 else None)
     fig.update_layout(height=480, meta={"kind": "decisions", "points": len(records)}, margin=dict(t=60, b=40))
+    return fig
+
+
+FEATURE_UNITS = {"root_top1": "probability", "root_entropy": "nats", "pool_mass_top16": "probability mass",
+                 "best_value": "log-prob (nats)", "confident_depth": "fraction of depth D",
+                 "recent_accept": "tokens/forward", "recent_strong_gain": "tokens/forward",
+                 "position": "log(1 + tokens)"}
+
+
+def features_figure(records: list[StepRecord]) -> go.Figure:
+    """The scheduler's input features over the steps, one small panel each (their scales differ)."""
+    steps = [r.step for r in records if r.decision]
+    feats = [r.decision.get("features") or {} for r in records if r.decision]
+    names = sorted({k for f in feats for k in f})
+    cols = 4
+    rows = max(1, math.ceil(len(names) / cols))
+    fig = make_subplots(rows=rows, cols=cols, shared_xaxes=True, vertical_spacing=0.18, horizontal_spacing=0.07,
+                        subplot_titles=[f"{n} ({FEATURE_UNITS.get(n, 'value')})" for n in names] or ["no features"])
+    for i, name in enumerate(names):
+        fig.add_trace(go.Scatter(x=steps, y=[f.get(name) for f in feats], mode="lines+markers", name=name,
+                                 meta="points", showlegend=False), row=i // cols + 1, col=i % cols + 1)
+    fig.update_xaxes(title_text="step", row=rows)
+    fig.update_xaxes(dtick=1 if len(steps) <= 30 else None)
+    fig.update_annotations(font_size=11)
+    fig.update_layout(title="Scheduler features per step", height=200 + 190 * rows,
+                      meta={"kind": "features", "points": len(steps)}, margin=dict(t=80, b=40))
     return fig
 
 
