@@ -220,16 +220,20 @@ def tree_figure(rec: StepRecord, stage: str | None = None, decode: Decode | None
         hovertext=[f"root: last accepted token {html.escape(token_label(decode, rec.root_token))} "
                    f"at position {rec.root_pos}"], hoverinfo="text"))
     rows = max(1, len([v for v in g if g.out_degree(v) == 0]))
+    height = int(min(1400, max(440, 190 + 13 * rows)))
+    top, bottom = 50, 150  # the bottom holds the legend, which wraps in narrow columns
+    deepest = max([x for x, _ in pos.values()] + [1]) + (1 if stage == "verified" and bonus_shown(rec) else 0)
     fig.update_layout(
         title=title or f"Step {rec.step} - {stage}: {len(tree)} tree nodes"
                        + (f" ({len(pruned)} pruned shown faded)" if pruned else ""),
-        xaxis=dict(title="depth below the root (tokens)", dtick=1, zeroline=False),
+        # Padding on the right keeps the last column's token labels inside the plot.
+        xaxis=dict(title="depth below the root (tokens)", dtick=1, zeroline=False, range=[-0.4, deepest + 0.8]),
         yaxis=dict(title="candidates, most likely path on top", autorange="reversed",
                    showticklabels=False, zeroline=False, showgrid=False),
-        height=int(min(1400, max(420, 170 + 13 * rows))), hovermode="closest",
-        # Legend under the plot: above it, it collides with the title in narrow columns.
-        legend=dict(orientation="h", yanchor="top", y=-0.1, x=0),
-        margin=dict(l=40, r=20, t=50, b=120),
+        height=height, hovermode="closest",
+        # Legend under the axis title (a fixed 60 px gap); above the plot it collides with the title.
+        legend=dict(orientation="h", yanchor="top", y=-60 / (height - top - bottom), x=0),
+        margin=dict(l=40, r=20, t=top, b=bottom),
         meta={"kind": "tree", "step": rec.step, "stage": stage, "tree_nodes": len(tree),
               "pruned_nodes": len(pruned)})
     return fig
@@ -254,8 +258,9 @@ def _add_verdict(fig, rec, g, pos, decode) -> None:
                                  marker=dict(symbol="x-thin-open", size=20, color="#D62728", line=dict(width=3))))
     if bonus_shown(rec):
         parent = acc[-1] if acc else "root"
-        x, y = pos[parent][0] + 1, pos[parent][1]
-        fig.add_trace(go.Scatter(x=[pos[parent][0], x], y=[y, y], mode="lines", meta="edges", showlegend=False,
+        # Half a row off the parent's line, so the star never hides a draft node at that spot.
+        x, y = pos[parent][0] + 1, pos[parent][1] + 0.45
+        fig.add_trace(go.Scatter(x=[pos[parent][0], x], y=[pos[parent][1], y], mode="lines", meta="edges", showlegend=False,
                                  hoverinfo="skip", line=dict(color="#2CA02C", width=2, dash="dot")))
         fig.add_trace(go.Scatter(
             x=[x], y=[y], mode="markers+text", name="bonus: the target's own next token", meta="overlay",
