@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = os.environ.get("TREEGRAFT_CHROMIUM", "/usr/bin/chromium")
 SHOTS = ROOT / "docs" / "screenshots"
 BUDGET = 16  # the app's default; the default trio's weak pool is far larger, so exactly 16 are verified
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
