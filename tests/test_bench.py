@@ -13,7 +13,7 @@ import torch
 from tiny import tiny_trio
 from treegraft.bench import Prompt, ResumeError, load_results, main, run_bench
 from treegraft.bench import prompts as prompt_sets
-from treegraft.bench.methods import accept_lens, parse_methods
+from treegraft.bench.methods import accept_lens, chain_size, parse_methods
 from treegraft.bench.store import read_rows, summarize
 from treegraft.engine import ConfigError, GenConfig
 
@@ -128,6 +128,7 @@ def test_rows_are_consistent(full_run):
     assert (df[df["method"] == "ar"]["target_forwards"] == 20).all()
     assert (df[df["method"] == "ar"]["speedup_vs_ar"] == 1).all()
     assert df["speedup_vs_ar"].notna().all() and (df["wall_s"] > 0).all()
+    assert df["mean_tree_size"].notna().all() and (df[df["method"] == "ar"]["mean_tree_size"] == 0).all()
     # The accepted-length histogram adds up to the tokens and forwards of its row, for every method.
     for _, r in df.iterrows():
         hist = {int(k): int(v) for k, v in (x.split(":") for x in r["accept_hist"].split())}
@@ -139,9 +140,12 @@ def test_rows_are_consistent(full_run):
     assert "plotly" in report and "<script src=" not in report  # inline plotly.js: opens offline
 
 
-def test_accept_lens_from_cache_lengths():
+def test_accept_lens_and_chain_size_from_hooks():
+    # prompt 5 tokens; calls see caches of 0, 6, 9 tokens; 8 new tokens in all
     assert accept_lens([0, 6, 9], prompt_len=5, new=8) == [2, 3, 3]
     assert accept_lens([0, None], 5, 3) == []
+    # first call: prompt + 3 candidates; later calls: newest token + 2, + 1 candidates
+    assert chain_size([8, 3, 2], prompt_len=5) == pytest.approx(2.0)
 
 
 def test_methods_parse_and_ar_first():

@@ -134,7 +134,7 @@ class AssistedRunner:
                 "weak_forwards": hooks.calls["assistant"] if self.role == "weak" else 0,
                 "strong_forwards": hooks.calls["assistant"] if self.role == "strong" else 0,
                 "strong_calls": n if self.role == "strong" else 0,  # the drafter is consulted every step
-                "mean_tree_size": float("nan"),
+                "mean_tree_size": chain_size(hooks.input_lens, prompt_len),
                 "accept_lens": accept_lens(hooks.cache_lens, prompt_len, len(new)),
                 "phases": phases, "oracle_extra_s": 0.0}
 
@@ -149,12 +149,21 @@ def accept_lens(cache_lens: list[int | None], prompt_len: int, new: int) -> list
     return lens if all(x > 0 for x in lens) else []
 
 
+def chain_size(input_lens: list[int | None], prompt_len: int) -> float:
+    """Mean draft tokens per target call: the first call also feeds the prompt, later ones the
+    newest committed token, before the candidates."""
+    if not input_lens or any(n is None for n in input_lens):
+        return float("nan")
+    return (sum(input_lens) - prompt_len - (len(input_lens) - 1)) / len(input_lens)
+
+
 class Hooks:
     def __init__(self, target, assistant, device):
         self.device = device
         self.calls = {"target": 0, "assistant": 0}
         self.seconds = {"target": 0.0, "assistant": 0.0}
         self.cache_lens: list[int | None] = []
+        self.input_lens: list[int | None] = []
         self.t = {}
         self.handles = []
         for name, model in (("target", target), ("assistant", assistant)):
@@ -168,6 +177,8 @@ class Hooks:
                 cache = kwargs.get("past_key_values", kwargs.get("cache"))
                 self.cache_lens.append(cache.get_seq_length() if hasattr(cache, "get_seq_length") else
                                        (0 if cache is None else None))
+                ids = kwargs.get("input_ids", args[0] if args else None)
+                self.input_lens.append(ids.shape[-1] if ids is not None else None)
             self.t[name] = time.perf_counter()
         return hook
 
