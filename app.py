@@ -33,15 +33,15 @@ def prompt_box() -> str:
 
 def controls() -> dict:
     c = st.columns([1, 1, 1, 1, 1, 2])
-    act = {"step": c[0].button("Step", key="step", type="primary", help="one target forward"),
+    pressed = {"step": c[0].button("Step", key="step", type="primary", help="one target forward"),
            "run_n": c[1].button("Run N steps", key="run_n"),
            "play": c[2].button("Play / Pause", key="play", help="step until the end or until paused"),
            "reset": c[3].button("Reset", key="reset")}
-    act["n"] = int(c[4].number_input("N", min_value=1, max_value=200, value=8, key="n_steps"))
-    act["live"] = c[5].checkbox("Compare live", key="live",
+    pressed["n"] = int(c[4].number_input("N", min_value=1, max_value=200, value=8, key="n_steps"))
+    pressed["live"] = c[5].checkbox("Compare live", key="live",
                                 help="after every Step, also run ar, tree-weak and tree-strong on this prompt to the "
                                      "same length (real runs, so each Step takes longer)")
-    return act
+    return pressed
 
 
 def act(s: dict, prompt: str, a: dict) -> None:
@@ -51,8 +51,11 @@ def act(s: dict, prompt: str, a: dict) -> None:
         return
     if a["play"]:
         st.session_state["playing"] = not st.session_state.get("playing", False)
-    n = 1 if a["step"] or st.session_state.get("playing") else a["n"] if a["run_n"] else 0
-    if not n:
+    if a["step"] or st.session_state.get("playing"):
+        n = 1  # Play takes one step per rerun, so Pause can land between steps
+    elif a["run_n"]:
+        n = a["n"]
+    else:
         return
     ok = False
     with ui.guard("step"):

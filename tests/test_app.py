@@ -112,8 +112,12 @@ def test_step_draws_the_selected_tree_and_the_stage_slider_replays_it():
     assert len(at.session_state["run"].records) == 2  # the run survives the page round trip
 
 
-def test_play_runs_to_the_end_and_reset_clears():
+def test_run_n_then_play_to_the_end_and_reset_clears():
     at = fresh(max_new_tokens=3)
+    at.number_input(key="n_steps").set_value(2).run()
+    at.button(key="run_n").click().run()
+    clean(at)
+    assert len(at.session_state["run"].records) == 2 or at.session_state["run"].engine.done
     at.button(key="play").click().run()  # Play reruns itself step after step until the run is done
     clean(at)
     run = at.session_state["run"]
