@@ -9,11 +9,12 @@ import json
 import os
 from pathlib import Path
 
+import networkx as nx
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from treegraft import viz
-from treegraft.record import StepRecord
+from treegraft.record import StepRecord, loads_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
@@ -82,6 +83,12 @@ def test_step_draws_the_selected_tree_and_the_stage_slider_replays_it():
     assert viz.count_points(charts["tree"][0], "tree") == len(recs[-1].selected)
     assert viz.count_points(charts["accept"][0], "points") == 2
     assert viz.count_points(charts["throughput"][0], "points") == 2
+    # Exports: the trace reloads as the same steps, the GraphML as the same tree.
+    run = at.session_state["run"]
+    meta, steps = loads_trace(run.trace())
+    assert [r.new_tokens for r in steps] == [r.new_tokens for r in recs] and meta["names"] == run.trio.names
+    graph = nx.parse_graphml(viz.tree_graphml(recs[-1], "verified", run.decode))
+    assert graph.number_of_nodes() == len(recs[-1].nodes) + 1  # + the root
     shaded = next(m.value for m in at.markdown if "pre-wrap" in m.value)  # the generated text
     assert all(f"step {r.step}: {r.accept_len} tokens" in shaded for r in recs)
 
