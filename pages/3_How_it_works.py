@@ -53,7 +53,14 @@ def explain(rec, stage: str) -> str:
 def walkthrough(run: ui.Run) -> None:
     rec = pick_step(run)
     names = viz.stage_names(rec)
-    stage = st.select_slider("Stage", options=names, value=names[0], key=f"walk_stage_{run.serial}_{rec.step}")
+    key = f"walk_stage_{run.serial}_{rec.step}"
+    c = st.columns([1, 1, 6])
+    # Buttons come before the slider: its state may only be changed before it is drawn.
+    for col, label, move in ((c[0], "< Previous stage", -1), (c[1], "Next stage >", 1)):
+        if col.button(label, key=f"walk_{move}"):
+            i = names.index(st.session_state.get(key, names[0]))
+            st.session_state[key] = names[max(0, min(len(names) - 1, i + move))]
+    stage = st.select_slider("Stage", options=names, key=key)  # starts at the first stage
     i = names.index(stage)
     st.subheader(f"{i + 1}/{len(names)}. {stage}")
     st.write(viz.STAGE_HELP.get(stage, ""))

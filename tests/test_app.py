@@ -110,6 +110,10 @@ def test_step_draws_the_selected_tree_and_the_stage_slider_replays_it():
     clean(at)
     walk = figures(at)["tree"][0]
     assert walk["layout"]["meta"]["stage"] == "weak pool"
+    at.button(key="walk_1").click().run()
+    clean(at)
+    assert not at.warning  # no "value set twice" warning from Streamlit
+    assert figures(at)["tree"][0]["layout"]["meta"]["stage"] == viz.stage_names(recs[1])[1]
     at.select_slider[0].set_value("verified").run()
     clean(at)
     assert viz.count_points(figures(at)["tree"][0], "tree") == len(recs[1].selected)
