@@ -38,14 +38,25 @@ def check_config(out: Path, config: dict) -> None:
     path = out / CONFIG
     if path.exists():
         old = json.loads(path.read_text())
-        diff = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
+        diff = differences(old, json.loads(json.dumps(config)))  # through JSON: tuples compare as lists
         if diff:
-            raise ResumeError(f"{out} holds a run with a different configuration (differs in: {', '.join(diff)}); "
+            raise ResumeError(f"{out} holds a run with a different configuration ({'; '.join(diff)}); "
                               f"resume with the same arguments, or choose a new --out")
         return
     if (out / RESULTS).exists():
         raise ResumeError(f"{out / RESULTS} exists without {CONFIG}; choose a new --out")
     save_json(path, config)
+
+
+def differences(old: dict, new: dict, prefix: str = "") -> list[str]:
+    out = []
+    for k in sorted(set(old) | set(new)):
+        a, b = old.get(k), new.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += differences(a, b, f"{prefix}{k}.")
+        elif a != b:
+            out.append(f"{prefix}{k}: {a!r} then, {b!r} now")
+    return out
 
 
 # ---------------------------------------------------------------- results.csv
