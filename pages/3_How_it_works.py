@@ -54,9 +54,9 @@ def walkthrough(run: ui.Run) -> None:
     rec = pick_step(run)
     names = viz.stage_names(rec)
     key = f"walk_stage_{run.serial}_{rec.step}"
-    c = st.columns([1, 1, 6])
+    c = st.columns([1, 1, 5])
     # Buttons come before the slider: its state may only be changed before it is drawn.
-    for col, label, move in ((c[0], "< Previous stage", -1), (c[1], "Next stage >", 1)):
+    for col, label, move in ((c[0], "< Previous", -1), (c[1], "Next >", 1)):
         if col.button(label, key=f"walk_{move}"):
             i = names.index(st.session_state.get(key, names[0]))
             st.session_state[key] = names[max(0, min(len(names) - 1, i + move))]
