@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -136,6 +137,9 @@ DELEGATED = {"bench": "bench", "distill": "distill", "scheduler": "value"}
 
 
 def main(argv=None) -> int:
+    if os.environ.get("TREEGRAFT_THREADS"):  # a shared CPU: fewer threads beat oversubscription
+        import torch
+        torch.set_num_threads(int(os.environ["TREEGRAFT_THREADS"]))
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in DELEGATED:
         # argparse.REMAINDER drops options that come first (`bench --suite all`): hand them over whole.
