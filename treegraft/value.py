@@ -302,7 +302,7 @@ def cmd_compare(a) -> int:
             tot["forwards"] += s["target_forwards"]
             tot["wall"] += wall
             tot["calls"] += s["strong_calls"]
-            tot["extra"] += sum((r.decision or {}).get("oracle", {}).get("extra_s", 0.0) for r in recs)
+            tot["extra"] += sum(((r.decision or {}).get("oracle") or {}).get("extra_s", 0.0) for r in recs)
         print(f"{p.id} done", file=sys.stderr)
     print(f"| method | tau | tokens/s | tokens/s net of oracle extra | strong calls / step |")
     print("|---|---|---|---|---|")
