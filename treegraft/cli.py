@@ -16,10 +16,6 @@ from .models import ModelLoadError
 from .schedule import POLICIES
 
 
-class UsageError(ValueError):
-    pass
-
-
 def add_model_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("models")
     g.add_argument("--target", default="default", help="HF id (local cache only), directory, .gguf file, or 'default'")
@@ -126,10 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_tree_args(g)
     g.set_defaults(func=cmd_generate)
 
-    for name, module in (("bench", "bench"), ("distill", "distill"), ("scheduler", "value")):
-        s = sub.add_parser(name, help=f"see `python -m treegraft {name} --help`", add_help=False)
-        s.add_argument("rest", nargs=argparse.REMAINDER)
-        s.set_defaults(func=lambda a, m=module: __import__(f"treegraft.{m}", fromlist=["main"]).main(a.rest))
+    for name in DELEGATED:  # listed for --help; main() hands them their argv whole
+        sub.add_parser(name, help=f"see `python -m treegraft {name} --help`", add_help=False)
     return p
 
 
@@ -143,13 +137,13 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in DELEGATED:
         # argparse.REMAINDER drops options that come first (`bench --suite all`): hand them over whole.
-        m = DELEGATED[argv[0]]
-        a = argparse.Namespace(rest=argv[1:], func=lambda a: __import__(f"treegraft.{m}", fromlist=["main"]).main(a.rest))
+        module = __import__(f"treegraft.{DELEGATED[argv[0]]}", fromlist=["main"])
+        a = argparse.Namespace(func=lambda _: module.main(argv[1:]))
     else:
         a = build_parser().parse_args(argv)
     try:
         return a.func(a) or 0
-    except (ConfigError, ModelLoadError, UsageError, FileNotFoundError) as e:
+    except (ConfigError, ModelLoadError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

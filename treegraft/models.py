@@ -280,13 +280,6 @@ def load_trio(target: str = "default", weak: str = "default", strong: str = "def
     return Trio(tgt, drafters["weak"], drafters["strong"], tok, dev, dt, names)
 
 
-def describe(trio: Trio) -> dict:
-    def size(m):
-        return sum(p.numel() for p in m.parameters())
-    return {role: {"name": trio.names.get(role), "params": size(getattr(trio, role))}
-            for role in ("target", "weak", "strong")} | {"device": str(trio.device), "dtype": str(trio.dtype).replace("torch.", "")}
-
-
 def save_json(path: Path, obj) -> None:
     tmp = Path(str(path) + ".tmp")
     tmp.write_text(json.dumps(obj, indent=2))

@@ -62,9 +62,6 @@ class DraftTree:
     def child(self, parent: int, token: int) -> int | None:
         return self._child.get((parent, int(token)))
 
-    def children(self, parent: int) -> list[int]:
-        return [n.id for n in self.nodes if n.parent == parent]
-
     def path(self, node_id: int) -> list[int]:
         """Node ids from the root's child down to node_id."""
         out = []
@@ -75,9 +72,6 @@ class DraftTree:
 
     def tokens(self, node_id: int) -> list[int]:
         return [self.nodes[i].token for i in self.path(node_id)]
-
-    def set_score(self, node_id: int, score: float) -> None:
-        self.nodes[node_id].score = float(score)
 
     def refresh_values(self) -> None:
         """Recompute V after scores changed; parents always precede children in id order."""
