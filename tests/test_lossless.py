@@ -27,12 +27,13 @@ def run(trio, prompt, **kw):
 
 @pytest.fixture(scope="module")
 def trios():
-    return {"perturbed/copy": tiny_trio("perturbed", "copy"), "random/perturbed": tiny_trio("random", "perturbed")}
+    return {"perturbed/copy": tiny_trio("perturbed", "copy"), "random/perturbed": tiny_trio("random", "perturbed"),
+            "random/features": tiny_trio("random", "features"), "features/copy": tiny_trio("features", "copy")}
 
 
 @pytest.mark.parametrize("method", ["ar", "tree-weak", "tree-strong", "treegraft"])
 @pytest.mark.parametrize("shape", range(len(SHAPES)))
-@pytest.mark.parametrize("pair", ["perturbed/copy", "random/perturbed"])
+@pytest.mark.parametrize("pair", ["perturbed/copy", "random/perturbed", "random/features", "features/copy"])
 def test_greedy_matches_target_tiny(trios, method, shape, pair):
     trio = trios[pair]
     for prompt in PROMPTS[:3]:
@@ -44,8 +45,9 @@ def test_greedy_matches_target_tiny(trios, method, shape, pair):
 @pytest.mark.parametrize("policy", ["always", "never", "every-k", "oracle"])
 @pytest.mark.parametrize("graft", [GraftConfig(), GraftConfig(rescore_m=0, recover_k=0, graft_g=3, graft_h=3),
                                    GraftConfig(rescore_m=40, recover_k=4, graft_g=0, graft_h=0, blend=0.5)])
-def test_treegraft_greedy_every_policy_and_knobs(trios, policy, graft):
-    trio = trios["random/perturbed"]
+@pytest.mark.parametrize("pair", ["random/perturbed", "random/features"])
+def test_treegraft_greedy_every_policy_and_knobs(trios, policy, graft, pair):
+    trio = trios[pair]
     for prompt in PROMPTS:
         ref = hf_greedy(trio.target, prompt, 25)
         new, records = run(trio, prompt, method="treegraft", policy=policy, graft=graft, max_new_tokens=25,

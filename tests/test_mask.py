@@ -80,3 +80,62 @@ def test_tree_mask_matches_sequential_on_the_default_target(default_trio, chat_i
         for u in nxt:
             tree.add(i, u, -1.0, "weak")
     check(default_trio.target, prefix, tree)
+
+
+# ---------------------------------------------------------------- feature drafters (treegraft.eagle)
+
+def feature_reference(drafter, target, prefix, path_tokens):
+    """Without any cache: the drafter over prefix + path, reading the target's features for the prefix
+    and its own prediction at the previous position for every path token. Logits of the last token."""
+    from treegraft.eagle import target_features
+    with torch.inference_mode():
+        h, _ = target_features(target, ids(prefix[:-1])) if len(prefix) > 1 else (None, None)
+        feats = [torch.zeros(target.config.hidden_size, device=ids([0]).device)]
+        feats += [h[0, j] for j in range(len(prefix) - 1)]
+        tokens = list(prefix)
+        for t in [None] + list(path_tokens):
+            if t is not None:
+                tokens.append(t)
+                feats.append(out.hidden[0, -1])
+            out = drafter(ids(tokens), torch.stack(feats)[None])
+        return out.logits[0, -1].float()
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_feature_drafter_tree_reads_parent_features(seed):
+    """Tree slots of a feature drafter equal running each path on its own, with the target's features
+    on the committed prefix and the drafter's own predictions inside the tree."""
+    from treegraft import eagle
+    target = tiny_llama(seed, vocab=64)
+    drafter = eagle.build(target, seed=seed).eval()
+    tr, dr = Runner(target, "target"), None
+    dr = Runner(drafter, "strong", features_from=tr)
+    assert tr.keep_features and dr.needs_features
+    prefix = [3, 9, 27, 1, 40, 5][: 3 + seed]
+    tr.catch_up(prefix[:-1])  # the target's features of the prompt
+    tree = random_tree(seed, 64, n=10)
+    logits = dr.catch_up(prefix, list(range(len(tree))), tree)  # one call, level by level inside
+    assert dr.forwards == 1 + max(n.depth for n in tree.nodes)
+    assert torch.allclose(logits[0], feature_reference(drafter, target, prefix, []), atol=1e-4)
+    for i in range(len(tree)):
+        ref = feature_reference(drafter, target, prefix, tree.tokens(i))
+        assert torch.allclose(logits[1 + i], ref, atol=1e-4), (i, (logits[1 + i] - ref).abs().max())
+    # After commit the accepted tokens are re-read with the target's real features.
+    path = tree.path(len(tree) - 1)
+    tr.catch_up(prefix, path, tree)
+    tr.commit(path)
+    dr.commit(path)
+    assert dr.n == len(prefix) and tr.n == len(prefix) + len(path)
+    seq = prefix + tree.tokens(len(tree) - 1) + [11]
+    out = dr.catch_up(seq)
+    assert torch.allclose(out[0], feature_reference(drafter, target, seq, []), atol=1e-4)
+
+
+def test_feature_drafter_refuses_to_read_features_the_target_has_not_computed():
+    from treegraft import eagle
+    target = tiny_llama(0, vocab=64)
+    dr = Runner(eagle.build(target).eval(), "strong", features_from=Runner(target, "target"))
+    with pytest.raises(RuntimeError, match="no feature for position"):
+        dr.catch_up([1, 2, 3])
+    with pytest.raises(ValueError, match="features_from"):
+        Runner(eagle.build(target).eval(), "strong")

@@ -8,6 +8,7 @@ Phases, each resumable:
   train    --role weak|strong, time-capped, checkpoints every few minutes, logs loss and held-out top-1.
   export   --role weak|strong, writes assets/drafters/<role>/ with a model card.
   eval     held-out top-1 agreement per category and per-token cost of the shipped drafters.
+  eagle-train / eagle-export   the feature drafter design (treegraft.distill_eagle).
 
 Usage: python -m treegraft distill <phase> [options]   (or python -m treegraft.distill ...)
 """
@@ -829,6 +830,10 @@ def phase_eval(args) -> None:
 # ---------------------------------------------------------------- entry point
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0].startswith("eagle-"):  # the feature drafter (treegraft.distill_eagle)
+        from treegraft import distill_eagle
+        return distill_eagle.main(argv)
     ap = argparse.ArgumentParser(prog="treegraft distill", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="phase", required=True)

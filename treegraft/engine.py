@@ -86,8 +86,8 @@ class Engine:
         cfg.check()
         self.trio, self.cfg = trio, cfg
         self.target = Runner(trio.target, "target")
-        self.weak = Runner(trio.weak, "weak")
-        self.strong = Runner(trio.strong, "strong")
+        self.weak = Runner(trio.weak, "weak", features_from=self.target)
+        self.strong = Runner(trio.strong, "strong", features_from=self.target)
         self.policy = policy or (make_policy(cfg.policy, cfg.every_k, cfg.scheduler_path)
                                  if cfg.method == "treegraft" else None)
         self.generator = torch.Generator().manual_seed(cfg.seed)
@@ -130,6 +130,9 @@ class Engine:
         # Accepted tokens + bonus must fit the context window.
         depth = min(cfg.depth, self.trio.context_len - len(seq) - 1)
         rec = StepRecord(len(self.records), cfg.method, seq[-1], len(seq) - 1)
+        if self.target.keep_features and self.target.n < len(seq) - 1 and cfg.method != "ar":
+            self.target.catch_up(seq[:-1])  # a feature drafter reads the prompt's target features
+            clock.lap("prefill")
         if cfg.method == "ar" or depth < 1:
             tree, selected = DraftTree(), []
         else:

@@ -5,6 +5,11 @@ Cache layout of a Runner during a step:  [ committed tokens (n) | tree slots of 
 not known yet). ``catch_up`` feeds the missing accepted tokens including the root; ``forward_nodes``
 appends tree nodes that attend to the committed prefix and to their own ancestors only;
 ``commit`` keeps the accepted path's slots and drops the rest.
+
+Features (treegraft.eagle): a Runner can keep its model's post-norm last hidden states, one row per
+cache slot (``hidden``). The target keeps them when a drafter reads them; a feature drafter reads the
+target's rows for committed tokens and its own predicted rows for tree nodes (a node reads its
+parent's), so it runs a tree one level per forward and re-reads accepted tokens with real features.
 """
 
 from __future__ import annotations
@@ -27,9 +32,16 @@ def tree_mask(visible: list[list[int]], kv_len: int, dtype: torch.dtype, device)
 class Runner:
     """A causal LM plus the state needed to run it over a growing sequence and draft trees."""
 
-    def __init__(self, model: torch.nn.Module, name: str = "model"):
+    def __init__(self, model: torch.nn.Module, name: str = "model", features_from: "Runner | None" = None):
         self.model = model
         self.name = name
+        self.needs_features = bool(getattr(model, "needs_features", False))
+        if self.needs_features and features_from is None:
+            raise ValueError(f"{name}: a feature drafter needs the target's Runner (features_from)")
+        self.source = features_from if self.needs_features else None
+        if self.source is not None:
+            self.source.keep_features = True
+        self.keep_features = self.needs_features  # a feature drafter keeps its own predicted rows
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.forwards = 0          # model calls: lets tests prove a decision costs no forward
@@ -39,19 +51,49 @@ class Runner:
         self.cache = DynamicCache(config=self.model.config)
         self.n = 0                  # committed tokens in the cache
         self.slot: dict[int, int] = {}  # tree node id -> cache index, this step only
+        self.hidden: torch.Tensor | None = None  # [cache_len, H] when keep_features
 
     @property
     def cache_len(self) -> int:
         return self.cache.get_seq_length()
 
     @torch.inference_mode()
-    def _forward(self, ids: list[int], positions: list[int], mask: torch.Tensor | None) -> torch.Tensor:
+    def _forward(self, ids: list[int], positions: list[int], mask: torch.Tensor | None,
+                 feats: torch.Tensor | None = None) -> torch.Tensor:
         self.forwards += 1
-        out = self.model(input_ids=torch.tensor([ids], device=self.device),
-                         position_ids=torch.tensor([positions], device=self.device),
-                         attention_mask=mask, cache=self.cache, use_cache=True)
+        kw = dict(position_ids=torch.tensor([positions], device=self.device), attention_mask=mask,
+                  cache=self.cache, use_cache=True)
+        input_ids = torch.tensor([ids], device=self.device)
+        if self.needs_features:
+            out = self.model(input_ids, feats[None], **kw)
+            logits, hidden = out.logits, out.hidden
+        elif self.keep_features:
+            out = self.model.get_decoder()(input_ids=input_ids, **kw)
+            hidden = out.last_hidden_state
+            logits = self.model.get_output_embeddings()(hidden)
+        else:
+            out = self.model(input_ids=input_ids, **kw)
+            logits, hidden = out.logits, None
         self.cache = out.cache
-        return out.logits[0].float()
+        if hidden is not None:
+            self.hidden = hidden[0] if self.hidden is None else torch.cat([self.hidden, hidden[0]])
+        return logits[0].float()
+
+    def features_for(self, positions: list[int]) -> torch.Tensor:
+        """The source's (target's) features of the positions just before `positions` (zeros before 0)."""
+        src = self.source.hidden
+        need = max(positions) - 1
+        if src is None and need >= 0 or src is not None and need >= src.shape[0]:
+            raise RuntimeError(f"{self.name}: the target has no feature for position {need} yet; "
+                               "it must verify (or prefill) before its drafter reads it")
+        rows = [src[p - 1] if p > 0 else None for p in positions]
+        zero = torch.zeros(self.model.config.hidden_size, device=self.device, dtype=self.dtype)
+        return torch.stack([zero if r is None else r.to(self.dtype) for r in rows])
+
+    def parent_features(self, tree: DraftTree, nodes: list[int]) -> torch.Tensor:
+        """A tree node reads what this drafter predicted at its parent (the root: slot n-1)."""
+        slots = [self.n - 1 if tree.nodes[i].parent == ROOT else self.slot[tree.nodes[i].parent] for i in nodes]
+        return self.hidden[slots]
 
     def catch_up(self, seq: list[int], nodes: list[int] = (), tree: DraftTree | None = None) -> torch.Tensor:
         """Feed seq[n:] (at least the root) and, optionally, tree nodes in the same forward.
@@ -61,10 +103,13 @@ class Runner:
         if not new:
             raise RuntimeError(f"{self.name}: cache already holds the root token")
         base, q = self.n, len(new)
-        if not nodes:
-            logits = self._forward(new, list(range(base, base + q)), None)  # plain causal
+        if not nodes or self.needs_features:
+            feats = self.features_for(list(range(base, base + q))) if self.needs_features else None
+            logits = self._forward(new, list(range(base, base + q)), None, feats)  # plain causal
             self.n = len(seq)
-            return logits[-1:]
+            if not nodes:
+                return logits[-1:]
+            return torch.cat([logits[-1:], self.forward_levels(tree, nodes, len(seq) - 1)])
         visible = [list(range(base + r + 1)) for r in range(q)]  # causal over the catch-up tokens
         ids, positions = list(new), list(range(base, base + q))
         root_pos = len(seq) - 1
@@ -80,8 +125,18 @@ class Runner:
         self.n = len(seq)
         return logits[q - 1:]
 
+    def forward_levels(self, tree: DraftTree, nodes: list[int], root_pos: int) -> torch.Tensor:
+        """forward_nodes one depth at a time (a feature drafter's node needs its parent's output);
+        logits rows in the order of `nodes`."""
+        rows = {}
+        for d in sorted({tree.nodes[i].depth for i in nodes}):
+            level = [i for i in nodes if tree.nodes[i].depth == d]
+            rows |= dict(zip(level, self.forward_nodes(tree, level, root_pos)))
+        return torch.stack([rows[i] for i in nodes])
+
     def forward_nodes(self, tree: DraftTree, nodes: list[int], root_pos: int) -> torch.Tensor:
-        """Append tree nodes whose ancestors are already cached (or in this batch); logits per node."""
+        """Append tree nodes whose ancestors are already cached (or in this batch; for a feature
+        drafter, in an earlier forward); logits per node."""
         start = self.cache_len
         for j, i in enumerate(nodes):
             self.slot[i] = start + j
@@ -92,13 +147,15 @@ class Runner:
             positions.append(root_pos + node.depth)
             visible.append(list(range(self.n)) + [self.slot[a] for a in tree.path(i)])
         mask = tree_mask(visible, start + len(nodes), self.dtype, self.device)
-        return self._forward(ids, positions, mask)
+        feats = self.parent_features(tree, nodes) if self.needs_features else None
+        return self._forward(ids, positions, mask, feats)
 
     def commit(self, path: list[int]) -> None:
         """Keep the committed prefix plus the cached prefix of the accepted path, drop the rest.
-        Nodes the drafter never ran on are simply not kept; the next catch_up feeds them."""
+        Nodes the drafter never ran on are simply not kept; the next catch_up feeds them. A feature
+        drafter keeps none: its tree slots read predicted features, the real ones are known now."""
         keep = list(range(self.n))
-        for i in path:
+        for i in ([] if self.needs_features else path):
             if i not in self.slot:
                 break
             keep.append(self.slot[i])
@@ -108,6 +165,8 @@ class Runner:
                 # RoPE is applied before caching, so a kept slot's position stays valid.
                 layer.keys = layer.keys.index_select(-2, index)
                 layer.values = layer.values.index_select(-2, index)
+            if self.hidden is not None:
+                self.hidden = self.hidden.index_select(0, index)
         self.n = len(keep)
         self.slot = {}
 
@@ -121,5 +180,7 @@ class Runner:
             if getattr(layer, "keys", None) is not None and layer.keys.numel():
                 layer.keys = layer.keys[..., :n, :]
                 layer.values = layer.values[..., :n, :]
+        if self.hidden is not None:
+            self.hidden = self.hidden[:n]
         self.n = min(self.n, n)
         self.slot = {}

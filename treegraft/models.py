@@ -192,6 +192,24 @@ def _random_drafter(target, layers: int, hidden: int, seed: int) -> LlamaForCaus
     return model
 
 
+def _load_feature_drafter(where: Path, target, device, dtype) -> torch.nn.Module:
+    """A treegraft.eagle.FeatureDrafter: its own tensors from safetensors, the target's embedding and head."""
+    from safetensors.torch import load_file
+    from .eagle import FeatureDrafter
+    cfg = AutoConfig.from_pretrained(where)
+    if cfg.hidden_size != target.config.hidden_size or cfg.vocab_size != target.config.vocab_size:
+        raise ModelLoadError(f"{where} is a feature drafter for a target with hidden size {cfg.hidden_size} and "
+                             f"vocabulary {cfg.vocab_size}; this target has {target.config.hidden_size} and "
+                             f"{target.config.vocab_size}")
+    model = FeatureDrafter(cfg, target)
+    own = load_file(str(where / "model.safetensors"))
+    missing = [n for n in model.trainable() if n not in own]
+    if missing:
+        raise ModelLoadError(f"{where} lacks tensors of a feature drafter: {missing[:5]}")
+    model.load_state_dict(own, strict=False)
+    return model.to(device, dtype).eval()
+
+
 def load_drafter(spec: str, role: str, target, device, dtype) -> torch.nn.Module:
     """`default` means the distilled drafter in assets/drafters/<role>, or, if none ships yet,
     a clearly labelled randomly initialised model with the target's vocabulary.
@@ -201,6 +219,10 @@ def load_drafter(spec: str, role: str, target, device, dtype) -> torch.nn.Module
     already-loaded target's tensors, shared in memory (same objects), so they are not duplicated on disk."""
     where = ASSETS / "drafters" / role if spec == "default" else Path(spec).expanduser()
     meta = where / "treegraft_drafter.json"
+    if meta.is_file() and json.loads(meta.read_text()).get("kind") == "features":
+        model = _load_feature_drafter(where, target, device, dtype)
+        model.treegraft_label = f"assets/drafters/{role}" if spec == "default" else spec
+        return model
     if meta.is_file() and json.loads(meta.read_text()).get("share_target_embeddings"):
         from safetensors.torch import load_file
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(where))
