@@ -7,6 +7,7 @@ drafter's argmax at every answer position is compared with the target's token th
 import pytest
 import torch
 
+from treegraft import eagle
 from treegraft.models import ASSETS, load_trio
 
 PROMPTS = [
@@ -44,17 +45,25 @@ def continuations(trio):
 
 
 @torch.no_grad()
-def agreement(model, continuations) -> float:
+def agreement(model, continuations, target) -> float:
     hits = total = 0
     for ids, start in continuations:
-        pred = model(input_ids=ids[:, :-1]).logits[0, start - 1:].argmax(-1)
+        if getattr(model, "needs_features", False):  # reads the target's features of the previous position
+            h, _ = eagle.target_features(target, ids[:, :-2])
+            logits = model(ids[:, :-1], torch.cat([torch.zeros_like(h[:, :1]), h], 1)).logits
+        else:
+            logits = model(input_ids=ids[:, :-1]).logits
+        pred = logits[0, start - 1:].argmax(-1)
         hits += int((pred == ids[0, start:]).sum())
         total += ids.shape[1] - start
     return hits / total
 
 
-def random_like(model) -> torch.nn.Module:
-    """Same architecture and vocabulary, fresh random weights (embedding and head included)."""
+def random_like(model, target) -> torch.nn.Module:
+    """Same architecture and vocabulary, fresh random weights (embedding and head included, except
+    where the design shares the target's)."""
+    if getattr(model, "needs_features", False):
+        return eagle.build(target, model.config.num_hidden_layers, seed=0).eval()
     torch.manual_seed(0)
     return type(model)(model.config).eval()
 
@@ -74,8 +83,8 @@ def test_drafter_beats_random_init(trio, continuations, role):
     if not shipped(role):
         pytest.skip(f"assets/drafters/{role} does not exist")
     drafter = getattr(trio, role)
-    trained = agreement(drafter, continuations)
-    chance = agreement(random_like(drafter), continuations)
+    trained = agreement(drafter, continuations, trio.target)
+    chance = agreement(random_like(drafter, trio.target), continuations, trio.target)
     assert trained >= 0.15, f"{role} agrees with the target on only {trained:.1%} of tokens"
     assert trained >= chance + 0.10 and trained >= 3 * chance, (role, trained, chance)
 

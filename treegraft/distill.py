@@ -684,12 +684,17 @@ def log_eval(log_path: Path, model, held, state: dict, loss_avg: float, acc_avg:
 def per_token_ms(model, cached: int = 200, reps: int = 60) -> float:
     """Median ms of one forward of 1 token over a `cached`-token KV cache: the drafting step's cost."""
     ids = torch.randint(100, 40000, (1, cached), generator=torch.Generator().manual_seed(0))
+    if getattr(model, "needs_features", False):  # a feature drafter also reads one feature per token
+        feats = torch.randn(1, cached, model.config.hidden_size, generator=torch.Generator().manual_seed(0))
+        run = lambda n, **kw: model(ids[:, :n], feats[:, :n], **kw)  # noqa: E731
+    else:
+        run = lambda n, **kw: model(input_ids=ids[:, :n], **kw)  # noqa: E731
     with torch.no_grad():
-        cache = model(input_ids=ids, use_cache=True).cache
+        cache = run(cached, use_cache=True).cache
         times = []
         for _ in range(reps):
             t0 = time.perf_counter()
-            model(input_ids=ids[:, :1], cache=cache, use_cache=True)
+            run(1, cache=cache, use_cache=True)
             times.append(time.perf_counter() - t0)
             cache.crop(-1)
     return 1000 * sorted(times)[len(times) // 2]
@@ -821,7 +826,12 @@ def phase_eval(args) -> None:
     ms = interleaved_ms({"target": target} | models)
     report = {"target_ms": ms["target"]}
     for role, model in models.items():
-        report[role] = {"label": getattr(model, "treegraft_label", role), "heldout": heldout_top1(model, held),
+        if getattr(model, "needs_features", False):
+            from treegraft.distill_eagle import heldout
+            top1 = heldout(model, target, held)
+        else:
+            top1 = heldout_top1(model, held)
+        report[role] = {"label": getattr(model, "treegraft_label", role), "heldout": top1,
                         "ms": ms[role], "cost_ratio": round(ms[role] / ms["target"], 4)}
     (DATA / "eval.json").write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2), flush=True)

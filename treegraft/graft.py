@@ -2,7 +2,8 @@
 
 Everything is non-destructive: nodes are only added or rescored, never removed. A strong proposal
 equal to an existing child (same parent, same token) merges into it (DraftTree.add never makes a
-duplicate sibling). Strong forwards per call: 1 (catch-up + rescore) + h (graft levels).
+duplicate sibling). Strong forwards per call: 1 (catch-up + rescore) + h (graft levels); a feature
+drafter (treegraft.eagle) rescores one tree level per forward, so 1 + (depth of the scored set) + h.
 """
 
 from __future__ import annotations
