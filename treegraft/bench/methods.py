@@ -99,6 +99,10 @@ class AssistedRunner:
     def __init__(self, trio: Trio, cfg: GenConfig, method: Method):
         self.trio, self.cfg, self.role = trio, cfg, method.assistant
         self.assistant = getattr(trio, self.role)
+        if getattr(self.assistant, "needs_features", False):
+            raise ConfigError(f"`{method.name}`: Hugging Face assisted generation cannot drive the {self.role} drafter "
+                              f"({trio.names.get(self.role)}): it reads the target's hidden states "
+                              "(treegraft.eagle). Compare it with tree-strong / treegraft instead.")
         # HF's "heuristic" schedule writes its draft length back into the assistant's config after each
         # call; restoring it makes every prompt start alike, whatever ran before.
         self.fresh_config = copy.deepcopy(self.assistant.generation_config)
