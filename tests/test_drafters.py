@@ -95,3 +95,18 @@ def test_strong_shares_target_embeddings(trio):
     s, t = trio.strong, trio.target
     assert s.model.embed_tokens.weight is t.model.embed_tokens.weight
     assert s.lm_head.weight is t.lm_head.weight
+
+
+def test_a_drafter_on_the_targets_own_rows_needs_no_tokenizer(tmp_path):
+    import json
+
+    from treegraft.models import ModelLoadError, shares_target_rows
+    d = tmp_path / "drafter"
+    d.mkdir()
+    (d / "treegraft_drafter.json").write_text(json.dumps({"share_target_embeddings": True}))
+    assert shares_target_rows(str(d), "default")
+    with pytest.raises(ModelLoadError, match="distilled for the default target"):
+        shares_target_rows(str(d), "/some/other/target")
+    (d / "tokenizer.json").write_text("{}")  # a tokenizer of its own is checked like any other
+    assert not shares_target_rows(str(d), "default")
+    assert not shares_target_rows(str(tmp_path), "default")

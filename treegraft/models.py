@@ -281,6 +281,22 @@ class Trio:
         return {int(e) for e in (eos if isinstance(eos, list) else [eos]) if e is not None}
 
 
+def shares_target_rows(spec: str, target: str) -> bool:
+    """A distilled drafter directory without tokenizer files whose embedding and head are the target's
+    own tensors (treegraft_drafter.json) indexes tokens exactly as the target does: no tokenizer to check.
+    Shipped drafters were distilled for the default target only."""
+    where = Path(spec).expanduser()
+    meta = where / "treegraft_drafter.json"
+    if not meta.is_file() or any((where / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")):
+        return False
+    if not json.loads(meta.read_text()).get("share_target_embeddings"):
+        return False
+    if target != "default":
+        raise ModelLoadError(f"{spec} was distilled for the default target and ships no tokenizer; "
+                             "use it with --target default")
+    return True
+
+
 def load_trio(target: str = "default", weak: str = "default", strong: str = "default",
               device: str | None = None, dtype: str | torch.dtype | None = None) -> Trio:
     dev = pick_device(device)
@@ -290,7 +306,7 @@ def load_trio(target: str = "default", weak: str = "default", strong: str = "def
     tgt.treegraft_label = DEFAULT_TARGET_NAME if target == "default" else target
     drafters = {}
     for role, spec in (("weak", weak), ("strong", strong)):
-        if spec != "default":
+        if spec != "default" and not shares_target_rows(spec, target):
             check_vocab(tok, load_tokenizer(spec), f"the {role} drafter ({spec})")
         model = load_drafter(spec, role, tgt, dev, dt)
         if model.config.vocab_size < len(tok):
