@@ -46,7 +46,7 @@ def run_small(s: dict) -> None:
         tokens = int(c[2].number_input("Max new tokens", min_value=1, max_value=512, value=32, key="bench_tokens"))
         out = c[3].text_input("Output directory", value=str(ROOT / "runs" / "app-bench"), key="bench_out",
                               help="resumed if it exists with the same configuration")
-        methods = st.multiselect("Methods", ["ar", "tree-weak", "tree-strong", "treegraft", "assisted"],
+        methods = st.multiselect("Methods", ["ar", "tree-weak", "tree-strong", "treegraft", "assisted-weak"],
                                  default=["ar", "tree-weak", "tree-strong", "treegraft"], key="bench_methods")
         if not st.button("Run benchmark", key="bench_run"):
             return

@@ -186,3 +186,11 @@ def test_packaged_suites_load():
     assert len({p.category for p in mt}) == 8  # round robin: 8 prompts cover the 8 categories
     assert all(len(p.text) < 4000 for p in ps)
     assert any(p.text.startswith("Translate into French: ") for p in ps)
+
+
+def test_assisted_refuses_a_feature_drafter_with_a_clear_message(tmp_path):
+    from treegraft.engine import ConfigError
+    trio = tiny_trio("perturbed", "features")
+    with pytest.raises(ConfigError, match="hidden states"):
+        run_bench(trio, PROMPTS[:1], ["ar", "assisted"], CFG, tmp_path, warmup=False)
+    run_bench(trio, PROMPTS[:1], ["ar", "tree-strong"], CFG, tmp_path / "ok", warmup=False)

