@@ -63,17 +63,24 @@ def shift(h: torch.Tensor) -> torch.Tensor:
     return torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], 1)
 
 
-def losses(model, target, ids, rows, cols, depth2: float, frequent: torch.Tensor, negatives: int):
+@torch.no_grad()
+def label(target, samples: list[dict]) -> dict:
+    """The target's part of a step: features everywhere, top-k log-probs at answer positions."""
+    ids, rows, cols = collate(samples)
+    h, _ = eagle.target_features(target, ids)
+    lp = torch.log_softmax(target.get_output_embeddings()(h[rows, cols]).float(), -1)
+    topv, topi = lp.topk(D.TOPK, -1)
+    return {"ids": ids, "rows": rows, "cols": cols, "h": h, "topv": topv, "topi": topi}
+
+
+def losses(model, b: dict, depth2: float, frequent: torch.Tensor, negatives: int):
     """Depth 1 reads the target's real features; depth 2 reads the drafter's own depth-1 predictions
     (detached), as a node two levels into a draft tree does. Same positions, same labels. The
     distillation softmax runs over candidates (D.candidates: the head is 49k x 576, the decoder layer
     is 3.5M): the feature regression keeps the full-vocabulary argmax honest."""
-    with torch.no_grad():
-        h, _ = eagle.target_features(target, ids)
-        hh = h[rows, cols]
-        lp = torch.log_softmax(target.get_output_embeddings()(hh).float(), -1)
-        topv, topi = lp.topk(D.TOPK, -1)
-    cand, ti = D.candidates(frequent, topi, negatives, model.config.vocab_size)
+    ids, rows, cols, h, topv = b["ids"], b["rows"], b["cols"], b["h"], b["topv"]
+    hh = h[rows, cols]
+    cand, ti = D.candidates(frequent, b["topi"], negatives, model.config.vocab_size)
     head = model.lm_head.weight[cand]
     total, accs, feats = 0.0, [], shift(h)
     for weight in (1.0, depth2):
@@ -132,7 +139,7 @@ def phase_train(args) -> None:
     ck_path, log_path = role_dir / "state.pt", role_dir / "log.jsonl"
     design = {"kind": "features", "layers": args.layers, "lr": args.lr, "depth2": args.depth2,
               "batch_tokens": args.batch_tokens, "written_share": args.written_share,
-              "frequent": args.frequent, "negatives": args.negatives}
+              "frequent": args.frequent, "negatives": args.negatives, "replay": args.replay or 3, "buffer": 48}
     if (role_dir / "design.json").exists():
         design = json.loads((role_dir / "design.json").read_text())  # a resumed run keeps its design
     else:
@@ -146,6 +153,11 @@ def phase_train(args) -> None:
     state = D.load_checkpoint(ck_path, model, opt) or {"step": 0, "seconds": 0.0, "label_tokens": 0,
                                                         "tokens": 0, "plan_minutes": args.plan_minutes}
     state["plan_minutes"] = args.plan_minutes or state["plan_minutes"]
+    if args.replay is not None and args.replay != design.get("replay", 1):  # the one knob a resume may turn
+        design.setdefault("changes", []).append(f"replay {design.get('replay', 1)} -> {args.replay} from step "
+                                                f"{state['step']} ({state['seconds'] / 60:.1f} min)")
+        design["replay"] = args.replay
+        (role_dir / "design.json").write_text(json.dumps(design))
     written = D.load_training_samples()
     pool = D.cached_text_samples(args.text_pool)
     held = D.load_shard(D.DATA / "heldout.safetensors")
@@ -160,23 +172,29 @@ def phase_train(args) -> None:
     avg = None
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    replay, buffer, rng = design.get("replay", 1), [], random.Random(state["step"])
     while time.time() < t_stop and not stop:
         t0 = time.time()
-        ids, rows, cols = collate(next(stream))
-        for g in opt.param_groups:
-            g["lr"] = D.lr_at(design, state["step"], state["seconds"], state["plan_minutes"] * 60)
-        loss, accs = losses(model, target, ids, rows, cols, design["depth2"], frequent, design["negatives"])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
+        fresh = label(target, next(stream))
+        state["label_tokens"] += len(fresh["rows"])
+        state["tokens"] += int(fresh["ids"].numel())
+        # The target's forward costs ~3x a drafter update: each labelled batch is used `replay` times
+        # (now, and later drawn from a buffer of recent batches).
+        buffer = (buffer + [fresh])[-design.get("buffer", 48):]
+        for k in range(replay):
+            b = fresh if k == 0 else rng.choice(buffer)
+            for g in opt.param_groups:
+                g["lr"] = D.lr_at(design, state["step"], state["seconds"], state["plan_minutes"] * 60)
+            loss, accs = losses(model, b, design["depth2"], frequent, design["negatives"])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            state["step"] += 1
+            cur = [loss.item()] + accs
+            avg = cur if avg is None else [0.95 * a + 0.05 * c for a, c in zip(avg, cur)]
         dt = time.time() - t0
-        state["step"] += 1
         state["seconds"] += dt
-        state["label_tokens"] += len(rows)
-        state["tokens"] += int(ids.numel())
-        cur = [loss.item()] + accs
-        avg = cur if avg is None else [0.95 * a + 0.05 * c for a, c in zip(avg, cur)]
         bar.update(dt)
         bar.set_postfix(loss=f"{avg[0]:.3f}", top1=f"{avg[1]:.3f}", step=state["step"], refresh=False)
         if time.time() - t_eval > args.eval_minutes * 60:
@@ -283,7 +301,7 @@ rounds, median, 2-core AVX2 CPU).
 ## Reproduce
 ```
 python -m treegraft distill data --gen-minutes 25 --tf-minutes 15 --threads 1 --batch 16 --shard 32  # target-written shards
-python -m treegraft distill eagle-train --minutes 45 --plan-minutes 110   # then resume: same command
+python -m treegraft distill eagle-train --minutes 90 --plan-minutes 90 --replay 3   # resumable: rerun to continue
 python -m treegraft distill eagle-export --role {role}
 ```
 """)
@@ -306,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--text-pool", type=int, default=8000)
     t.add_argument("--frequent", type=int, default=2048, help="most frequent label tokens in every softmax")
     t.add_argument("--negatives", type=int, default=4096, help="random negatives in every softmax")
+    t.add_argument("--replay", type=int, default=None,
+                   help="drafter updates per target-labelled batch (default 3; the rest from recent batches)")
     t.add_argument("--eval-minutes", type=float, default=8)
     t.add_argument("--checkpoint-minutes", type=float, default=4)
     t.add_argument("--threads", type=int, default=2)
