@@ -45,8 +45,9 @@ STAGE_HELP = {
     "weak pool": "The weak drafter grows an EAGLE-2 style tree: at each depth it expands the most "
                  "promising frontier nodes in one batched forward and keeps every candidate.",
     "strong pool": "The strong drafter alone grows the tree (the tree-strong endpoint).",
-    "rescored": "The strong drafter scores the best pool nodes in one forward; their scores (and the "
-                "path values below them) now use its log-probabilities.",
+    "rescored": "The strong drafter scores the best pool nodes (in one forward; a drafter that reads the "
+                "target's hidden states needs one per tree level); their scores (and the path values "
+                "below them) now use its log-probabilities.",
     "recovered": "Tokens the strong drafter ranks high under a scored parent, but the weak drafter never "
                  "proposed, are added back as recovered children.",
     "grafted": "With the refined values, the best positions are re-chosen and the strong drafter grows "
