@@ -100,7 +100,7 @@ class AssistedRunner:
         self.trio, self.cfg, self.role = trio, cfg, method.assistant
         self.assistant = getattr(trio, self.role)
         if getattr(self.assistant, "needs_features", False):
-            raise ConfigError(f"`{method.name}`: Hugging Face assisted generation cannot drive the {self.role} drafter "
+            raise ConfigError(f"`{method.label}`: Hugging Face assisted generation cannot drive the {self.role} drafter "
                               f"({trio.names.get(self.role)}): it reads the target's hidden states "
                               "(treegraft.eagle). Compare it with tree-strong / treegraft instead.")
         # HF's "heuristic" schedule writes its draft length back into the assistant's config after each
