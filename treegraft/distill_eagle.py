@@ -47,15 +47,9 @@ def batches(pool: list[dict], written: list[dict], budget: int, written_share: f
 
 
 def collate(samples: list[dict]):
-    width = max(len(s["ids"]) for s in samples)
-    ids = torch.zeros(len(samples), width, dtype=torch.long)
-    rows, cols = [], []
-    for b, s in enumerate(samples):
-        n, st = len(s["ids"]), s["start"]
-        ids[b, :n] = s["ids"]
-        rows += [b] * (n - st)
-        cols += range(st - 1, n - 1)  # the positions whose next token is an answer token
-    return ids, torch.tensor(rows), torch.tensor(cols)
+    """distill.collate without the stored labels: here the target labels every batch itself."""
+    ids, rows, cols, _, _ = D.collate(samples)
+    return ids, rows, cols
 
 
 def shift(h: torch.Tensor) -> torch.Tensor:

@@ -79,16 +79,19 @@ class Runner:
             self.hidden = hidden[0] if self.hidden is None else torch.cat([self.hidden, hidden[0]])
         return logits[0].float()
 
-    def features_for(self, positions: list[int]) -> torch.Tensor:
-        """The source's (target's) features of the positions just before `positions` (zeros before 0)."""
-        src = self.source.hidden
-        need = max(positions) - 1
-        if src is None and need >= 0 or src is not None and need >= src.shape[0]:
+    def features_for(self, start: int, count: int) -> torch.Tensor:
+        """The source's (target's) features of positions start-1 .. start+count-2: what tokens at
+        start .. start+count-1 read (zeros before position 0)."""
+        src, need = self.source.hidden, start + count - 2
+        have = 0 if src is None else src.shape[0]
+        if need >= have:
             raise RuntimeError(f"{self.name}: the target has no feature for position {need} yet; "
                                "it must verify (or prefill) before its drafter reads it")
-        rows = [src[p - 1] if p > 0 else None for p in positions]
-        zero = torch.zeros(self.model.config.hidden_size, device=self.device, dtype=self.dtype)
-        return torch.stack([zero if r is None else r.to(self.dtype) for r in rows])
+        rows = src[max(0, start - 1):need + 1].to(self.dtype) if need >= 0 else None
+        if start > 0:
+            return rows
+        zero = torch.zeros(1, self.model.config.hidden_size, device=self.device, dtype=self.dtype)
+        return zero if rows is None else torch.cat([zero, rows])
 
     def parent_features(self, tree: DraftTree, nodes: list[int]) -> torch.Tensor:
         """A tree node reads what this drafter predicted at its parent (the root: slot n-1)."""
@@ -104,7 +107,7 @@ class Runner:
             raise RuntimeError(f"{self.name}: cache already holds the root token")
         base, q = self.n, len(new)
         if not nodes or self.needs_features:
-            feats = self.features_for(list(range(base, base + q))) if self.needs_features else None
+            feats = self.features_for(base, q) if self.needs_features else None
             logits = self._forward(new, list(range(base, base + q)), None, feats)  # plain causal
             self.n = len(seq)
             if not nodes:

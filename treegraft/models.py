@@ -219,11 +219,12 @@ def load_drafter(spec: str, role: str, target, device, dtype) -> torch.nn.Module
     already-loaded target's tensors, shared in memory (same objects), so they are not duplicated on disk."""
     where = ASSETS / "drafters" / role if spec == "default" else Path(spec).expanduser()
     meta = where / "treegraft_drafter.json"
-    if meta.is_file() and json.loads(meta.read_text()).get("kind") == "features":
+    info = json.loads(meta.read_text()) if meta.is_file() else {}
+    if info.get("kind") == "features":
         model = _load_feature_drafter(where, target, device, dtype)
         model.treegraft_label = f"assets/drafters/{role}" if spec == "default" else spec
         return model
-    if meta.is_file() and json.loads(meta.read_text()).get("share_target_embeddings"):
+    if info.get("share_target_embeddings"):
         from safetensors.torch import load_file
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(where))
         own = load_file(str(where / "model.safetensors"))
