@@ -63,3 +63,43 @@ def summarize(records: list[StepRecord], wall_s: float | None = None) -> dict:
             "tokens_per_s": new / wall if wall > 0 else 0.0,
             "strong_calls": sum(r.strong_called for r in records),
             "mean_tree_size": (sum(len(r.selected) for r in records) / forwards) if forwards else 0.0}
+
+
+def provenance_summary(rec: StepRecord) -> dict:
+    """What the strong drafter changed in one step, and where the step's tokens came from.
+
+    Provenance of a node: its origin when the strong drafter proposed it (`graft`, `recovered`,
+    `strong` for tree-strong), else `rescored` if the strong drafter rescored the weak proposal,
+    else `weak`. Returns counts over the final pool, the nodes sent to the target and the accepted
+    path, the accepted tokens' provenance by depth, and the step's token arithmetic: accepted draft
+    tokens kept + bonus = tokens, where eos or max_new_tokens may cut the accepted path and drop the
+    bonus (then `cut` is True)."""
+    kinds = ("weak", "rescored", "graft", "recovered", "strong")
+
+    def prov(n: dict) -> str:
+        if n.get("origin") in ("graft", "recovered", "strong"):
+            return n["origin"]
+        return "rescored" if n.get("rescored") else "weak"
+
+    by_id = {n["id"]: n for n in rec.nodes}
+    selected = set(rec.selected)
+    kept = min(len(rec.accepted), len(rec.new_tokens))
+    bonus = len(rec.new_tokens) - kept
+    accepted = [by_id[i] for i in rec.accepted[:kept] if i in by_id]
+
+    def count(nodes) -> dict:
+        out = dict.fromkeys(kinds, 0)
+        for n in nodes:
+            out[prov(n)] += 1
+        return out
+
+    pool, sent, acc = count(rec.nodes), count(by_id[i] for i in selected if i in by_id), count(accepted)
+    return {"pool": pool, "selected": sent, "accepted": acc,
+            "accepted_by_depth": [{"depth": n["depth"], "provenance": prov(n), "token": n["token"]}
+                                  for n in accepted],
+            "rescored": sum(1 for n in rec.nodes if n.get("rescored")),
+            "recovered": pool["recovered"], "grafted": pool["graft"],
+            "graft_points": sum(1 for n in rec.nodes if n.get("graft_point")),
+            "accepted_from_strong": acc["rescored"] + acc["graft"] + acc["recovered"] + acc["strong"],
+            "accepted_drafted": len(rec.accepted), "accepted_kept": kept, "bonus": bonus,
+            "tokens": len(rec.new_tokens), "cut": kept < len(rec.accepted) or bonus == 0}
