@@ -20,7 +20,7 @@ def default_trio():
 
 @pytest.fixture(scope="session")
 def chat_ids(default_trio):
-    from treegraft.cli import encode_prompt
+    from treegraft.options import encode_prompt
 
     def encode(text):
         return encode_prompt(default_trio.tokenizer, text, raw=False)

@@ -5,6 +5,7 @@ greedy output equals ar's, and a missing prompt-set package says how to install 
 import csv
 import importlib.util
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -155,6 +156,20 @@ def test_methods_parse_and_ar_first():
         parse_methods("ar,beam", "always")
     with pytest.raises(ConfigError, match="policy"):
         parse_methods("treegraft:sometimes", "always")
+
+
+def test_method_specs_take_graft_overrides():
+    ms = parse_methods("treegraft:always[graft_g=0, blend=0],tree-weak,treegraft[recover_k=1]", "never")
+    assert [m.label for m in ms] == ["treegraft:always[graft_g=0,blend=0]", "tree-weak", "treegraft:never[recover_k=1]"]
+    assert ms[0].graft == {"graft_g": 0, "blend": 0.0} and isinstance(ms[0].graft["blend"], float)
+    assert ms[1].graft == {}
+    for bad, message in (("treegraft[graft_q=1]", "unknown TreeGraft knob 'graft_q'"),
+                         ("treegraft[blend=2]", "blend must be in"),
+                         ("treegraft[graft_g=x]", "graft_g takes a int"),
+                         ("assisted[graft_g=0]", "engine methods only"),
+                         ("treegraft[graft_g=0", "must end with")):
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            parse_methods(bad, "always")
 
 
 def test_missing_package_gives_install_hint(monkeypatch, capsys, tmp_path):

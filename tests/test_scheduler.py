@@ -7,7 +7,8 @@ import torch
 
 from tiny import ids, tiny_trio
 from treegraft.engine import Engine, GenConfig
-from treegraft.value import DEFAULT_SCHEDULER, FEATURES, LearnedPolicy, train
+from treegraft.schedule import DEFAULT_SCHEDULER, FEATURES, LearnedPolicy
+from treegraft.scheduler_train import train
 from treegraft.models import save_json
 
 
@@ -98,3 +99,20 @@ def test_every_policy_is_lossless_and_decisions_cost_no_forward(rows, tmp_path, 
         assert (rec.forwards["strong"] > 0) == rec.strong_called
         if policy == "learned":
             assert rec.decision["score"] is not None and rec.decision["threshold"] is not None
+
+
+def test_compare_runs_through_the_bench_runner(tmp_path):
+    from treegraft.bench import Prompt, run_bench
+    from treegraft.scheduler_train import compare_table
+    trio = tiny_trio("random", "perturbed")
+    prompts = [Prompt("p0", "x", ids=[5, 17, 33, 2, 9]), Prompt("p1", "x", ids=[1, 2, 3])]
+    cfg = GenConfig(method="treegraft", max_new_tokens=12, budget=12, depth=4, topk=3)
+    df = run_bench(trio, prompts, "treegraft:never,treegraft:oracle,treegraft:always[graft_g=0,blend=0.5]", cfg, tmp_path,
+                   warmup=False)
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in compare_table(df).splitlines()[2:]]
+    assert [r[0] for r in rows] == ["treegraft:never", "treegraft:oracle", "treegraft:always[graft_g=0,blend=0.5]"]
+    never, oracle, always = ({"tau": float(r[1]), "tps": float(r[2]), "net": float(r[3]), "calls": float(r[4])}
+                             for r in rows)
+    assert never["calls"] == 0 and always["calls"] == 1 and never["net"] == pytest.approx(never["tps"], rel=1e-2)
+    assert oracle["net"] >= oracle["tps"]  # net of the second branch the oracle paid for
+    assert (df.groupby("prompt_id")["output_sha1"].nunique() == 1).all()  # every method: the same tokens

@@ -5,76 +5,27 @@ Bad input exits with code 2 and one specific message on stderr, never a tracebac
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
 import time
 
-from .engine import METHODS, ConfigError, GenConfig
-from .graft import GraftConfig
-from .models import ModelLoadError
-from .schedule import POLICIES
+import torch
 
-
-def add_model_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("models")
-    g.add_argument("--target", default="default", help="HF id (local cache only), directory, .gguf file, or 'default'")
-    g.add_argument("--weak", default="default", help="weak drafter: same forms as --target")
-    g.add_argument("--strong", default="default", help="strong drafter: same forms as --target")
-    g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    g.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
-
-
-def add_tree_args(p: argparse.ArgumentParser) -> None:
-    d = GenConfig()
-    gc = GraftConfig()
-    g = p.add_argument_group("tree and TreeGraft")
-    g.add_argument("--budget", type=int, default=d.budget, help="nodes sent to the target (N)")
-    g.add_argument("--depth", type=int, default=d.depth, help="maximum tree depth (D)")
-    g.add_argument("--topk", type=int, default=d.topk, help="children per expanded node (k)")
-    g.add_argument("--width", type=int, default=None, help="frontier nodes expanded per level (default: topk)")
-    g.add_argument("--policy", default=None, choices=POLICIES, help="when TreeGraft calls the strong drafter")
-    g.add_argument("--every-k", type=int, default=d.every_k)
-    g.add_argument("--scheduler", default=None, help="learned scheduler file (default: the shipped one)")
-    g.add_argument("--rescore-m", type=int, default=gc.rescore_m, help="M: pool nodes the strong drafter rescores")
-    g.add_argument("--recover-k", type=int, default=gc.recover_k, help="k_r: strong top-k recovered per scored parent")
-    g.add_argument("--graft-g", type=int, default=gc.graft_g, help="G: graft positions")
-    g.add_argument("--graft-h", type=int, default=gc.graft_h, help="h: graft subtree depth")
-    g.add_argument("--graft-k", type=int, default=gc.graft_k, help="children per node inside a graft")
-    g.add_argument("--blend", type=float, default=gc.blend, help="weight of log q_s in a rescored node's score")
-
-
-def gen_config(a, method: str) -> GenConfig:
-    from .value import default_policy
-    cfg = GenConfig(method=method, max_new_tokens=a.max_new_tokens, budget=a.budget, depth=a.depth,
-                    topk=a.topk, width=a.width, temperature=a.temperature, top_p=a.top_p, seed=a.seed,
-                    policy=a.policy or default_policy(), every_k=a.every_k, scheduler_path=a.scheduler,
-                    graft=GraftConfig(a.rescore_m, a.recover_k, a.graft_g, a.graft_h, a.graft_k, a.blend))
-    cfg.check()
-    return cfg
-
-
-def encode_prompt(tokenizer, prompt: str, raw: bool) -> list[int]:
-    if not prompt or not prompt.strip():
-        raise ConfigError("the prompt is empty")
-    if raw or tokenizer.chat_template is None:
-        return tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    return list(tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
-                                              add_generation_prompt=True, tokenize=True, return_dict=False))
+from .engine import METHODS, ConfigError, Engine
+from .models import ModelLoadError, load_trio
+from .options import add_model_args, add_tree_args, check_prompt, encode_prompt, gen_config
+from .record import dumps_trace
 
 
 def cmd_generate(a) -> int:
-    from .engine import Engine
-    from .models import load_trio
-    from .record import dumps_trace
-
     cfg = gen_config(a, a.method)
-    if not a.prompt or not a.prompt.strip():
-        raise ConfigError("the prompt is empty")
+    check_prompt(a.prompt)  # before any model loads
     trio = load_trio(a.target, a.weak, a.strong, a.device, None if a.dtype == "auto" else a.dtype)
     ids = encode_prompt(trio.tokenizer, a.prompt, a.raw)
     engine = Engine(trio, cfg)
-    engine.start(ids)  # validates the prompt before any work
+    engine.start(ids)  # checks the prompt fits the context window before any work
     t0 = time.perf_counter()
     records = []
     while not engine.done:
@@ -127,17 +78,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-DELEGATED = {"bench": "bench", "distill": "distill", "scheduler": "value"}
+# Subcommands with their own parsers, imported on demand: they pull in pandas, tqdm and safetensors,
+# which `generate` does not need.
+DELEGATED = {"bench": "bench", "distill": "distill", "scheduler": "scheduler_train"}
 
 
 def main(argv=None) -> int:
     if os.environ.get("TREEGRAFT_THREADS"):  # a shared CPU: fewer threads beat oversubscription
-        import torch
         torch.set_num_threads(int(os.environ["TREEGRAFT_THREADS"]))
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in DELEGATED:
         # argparse.REMAINDER drops options that come first (`bench --suite all`): hand them over whole.
-        module = __import__(f"treegraft.{DELEGATED[argv[0]]}", fromlist=["main"])
+        module = importlib.import_module(f"treegraft.{DELEGATED[argv[0]]}")
         a = argparse.Namespace(func=lambda _: module.main(argv[1:]))
     else:
         a = build_parser().parse_args(argv)

@@ -56,12 +56,10 @@ class GenConfig:
             raise ConfigError(f"temperature must be in [0, 100], got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
-        g = self.graft
-        for name in ("rescore_m", "recover_k", "graft_g", "graft_h", "graft_k"):
-            if not 0 <= getattr(g, name) <= 256:
-                raise ConfigError(f"{name} must be in [0, 256], got {getattr(g, name)}")
-        if not 0 <= g.blend <= 1:
-            raise ConfigError(f"blend must be in [0, 1], got {g.blend}")
+        try:
+            self.graft.check()
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
 
 class Clock:

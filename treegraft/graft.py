@@ -8,7 +8,7 @@ drafter (treegraft.eagle) rescores one tree level per forward, so 1 + (depth of 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -17,14 +17,28 @@ from .kv import Runner
 from .tree import ROOT, DraftTree, select
 
 
+def knob(default, what: str, lo, hi):
+    return field(default=default, metadata={"help": what, "range": (lo, hi)})
+
+
 @dataclass
 class GraftConfig:
-    rescore_m: int = 16      # M: pool nodes (by V) the strong drafter scores in one forward
-    recover_k: int = 2       # k_r: strong top-k tokens added under each scored parent if missing
-    graft_g: int = 2         # G: graft positions reselected with the refined values
-    graft_h: int = 2         # h: depth of each strong subtree below a graft position
-    graft_k: int = 3         # children per node inside a graft subtree
-    blend: float = 1.0       # s = blend * log q_s + (1 - blend) * log q_w where both are known
+    """The strong drafter's knobs: each one's default, help (the command line's --rescore-m etc.)
+    and allowed range live here, once."""
+    rescore_m: int = knob(16, "M: pool nodes the strong drafter rescores", 0, 256)
+    recover_k: int = knob(2, "k_r: strong top-k recovered per scored parent", 0, 256)
+    graft_g: int = knob(2, "G: graft positions", 0, 256)
+    graft_h: int = knob(2, "h: graft subtree depth", 0, 256)
+    graft_k: int = knob(3, "children per node inside a graft", 0, 256)
+    # s = blend * log q_s + (1 - blend) * log q_w where both are known
+    blend: float = knob(1.0, "weight of log q_s in a rescored node's score", 0, 1)
+
+    def check(self) -> None:
+        """Raises ValueError naming the first knob out of its range."""
+        for f in fields(self):
+            lo, hi = f.metadata["range"]
+            if not lo <= getattr(self, f.name) <= hi:
+                raise ValueError(f"{f.name} must be in [{lo}, {hi}], got {getattr(self, f.name)}")
 
 
 def _blend(node, cfg: GraftConfig) -> float:

@@ -1,14 +1,28 @@
 """When to call the strong drafter: cheap features of the weak pool and of recent history, and
-the policies that turn them into a decision. No model forward happens here, by design."""
+the policies that turn them into a decision: never / always / every-k / learned / oracle. No model
+forward happens here, by design. The learned policy's runtime (load a scheduler file, decide) lives
+here with the others; fitting it offline is treegraft.scheduler_train."""
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
+from .models import ASSETS
 from .tree import ROOT, DraftTree
 
 POLICIES = ("never", "always", "every-k", "learned", "oracle")
+DEFAULT_SCHEDULER = ASSETS / "scheduler" / "scheduler.json"
+# The scheduler's inputs, in the order a scheduler file lists its weights (features() returns them).
+FEATURES = ("root_top1", "root_entropy", "pool_mass_top16", "best_value", "confident_depth",
+            "recent_accept", "recent_strong_gain", "position")
+
+
+def default_policy() -> str:
+    """`learned` once a distilled scheduler ships, `always` until then."""
+    return "learned" if DEFAULT_SCHEDULER.exists() else "always"
 
 
 @dataclass
@@ -103,6 +117,45 @@ class Oracle(Policy):
         return Decision(True, self.name, "oracle runs both branches and keeps the better", features=feats)
 
 
+@dataclass
+class LearnedPolicy(Policy):
+    """Logistic model on standardised features; calls the strong drafter when p > threshold.
+    Pure arithmetic on a dict of floats: no model forward, microseconds."""
+    features: tuple
+    mean: list
+    std: list
+    weights: list
+    bias: float
+    threshold: float
+    name: str = "learned"
+    source: str = ""
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> "LearnedPolicy":
+        p = Path(path) if path else DEFAULT_SCHEDULER
+        if not p.exists():
+            raise FileNotFoundError(f"no learned scheduler at {p}; train one with "
+                                    f"`python -m treegraft scheduler train`")
+        d = json.loads(p.read_text())
+        return cls(tuple(d["features"]), d["mean"], d["std"], d["weights"], d["bias"], d["threshold"], source=str(p))
+
+    def contributions(self, feats: dict) -> dict:
+        return {f: w * (feats[f] - m) / s for f, m, s, w in zip(self.features, self.mean, self.std, self.weights)}
+
+    def prob(self, feats: dict) -> float:
+        z = self.bias + sum(self.contributions(feats).values())
+        return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, z))))
+
+    def decide(self, feats: dict, step: int) -> Decision:
+        contrib = self.contributions(feats)
+        p = self.prob(feats)
+        call = p > self.threshold
+        top = sorted(contrib.items(), key=lambda kv: -abs(kv[1]))[:2]
+        why = ", ".join(f"{f}={feats[f]:.2f} {'for' if c > 0 else 'against'} ({c:+.2f})" for f, c in top)
+        reason = f"p(strong pays) = {p:.2f} {'>' if call else '<='} threshold {self.threshold:.2f}; {why}"
+        return Decision(call, self.name, reason, score=p, threshold=self.threshold, features=feats)
+
+
 def make_policy(name: str, every_k: int = 2, path: str | None = None) -> Policy:
     if name == "never":
         return Never()
@@ -113,6 +166,5 @@ def make_policy(name: str, every_k: int = 2, path: str | None = None) -> Policy:
     if name == "oracle":
         return Oracle()
     if name == "learned":
-        from .value import LearnedPolicy
         return LearnedPolicy.load(path)
     raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICIES)}")

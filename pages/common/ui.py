@@ -15,7 +15,7 @@ from functools import lru_cache
 import streamlit as st
 
 from treegraft import viz
-from treegraft.cli import encode_prompt
+from treegraft.options import encode_prompt
 from treegraft.engine import METHODS, ConfigError, Engine, GenConfig
 from treegraft.graft import GraftConfig
 from treegraft.models import ModelLoadError, load_trio
@@ -56,13 +56,13 @@ def guard(what: str):
 # ---------------------------------------------------------------- settings
 
 def policies() -> list[str]:
-    from treegraft.value import default_policy
+    from treegraft.schedule import default_policy
     names = ["always", "never", "every-k", "oracle"]
     return (["learned"] + names) if default_policy() == "learned" else names
 
 
 def defaults() -> dict:
-    from treegraft.value import default_policy
+    from treegraft.schedule import default_policy
     g = GraftConfig()
     return {"target": "default", "weak": "default", "strong": "default",
             # Env overrides let tests and headless runs pin device/dtype without clicking.

@@ -26,11 +26,12 @@ from pathlib import Path
 import torch
 
 from ..engine import ConfigError
-from ..models import ModelLoadError
+from ..models import ModelLoadError, load_trio
+from ..options import add_model_args, add_tree_args, gen_config
 from .methods import parse_methods
 from .prompts import SUITES, Prompt, PromptSetError, load_jsonl, load_suite
 from .run import finish, load_results, run_bench
-from .store import ResumeError
+from .store import ResumeError, summarize
 
 __all__ = ["main", "run_bench", "load_results", "load_suite", "load_jsonl", "Prompt", "SUITES",
            "PromptSetError", "ResumeError"]
@@ -39,13 +40,13 @@ DEFAULT_METHODS = "ar,assisted-weak,tree-weak,tree-strong,treegraft"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..cli import add_model_args, add_tree_args
     p = argparse.ArgumentParser(prog="python -m treegraft bench", description=__doc__.split("\n\n")[0])
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--suite", help=f"one of {', '.join(SUITES)}, or all")
     src.add_argument("--prompts", help="a JSONL file: id, category, prompt (or turns)")
     p.add_argument("--methods", default=DEFAULT_METHODS,
-                   help="comma-separated: ar, assisted, assisted-weak, tree-weak, tree-strong, treegraft[:POLICY]")
+                   help="comma-separated: ar, assisted, assisted-weak, tree-weak, tree-strong, treegraft[:POLICY]; "
+                        "an engine method may end in GraftConfig overrides: treegraft:always[graft_g=0,blend=0]")
     p.add_argument("--limit", type=int, default=10, help="prompts per suite (or from the file)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (the default)")
@@ -75,8 +76,6 @@ def main(argv=None) -> int:
 
 
 def run_cli(a) -> int:
-    from ..cli import gen_config
-    from ..models import load_trio
     out = Path(a.out)
     if a.report_only:
         if not (out / "results.csv").exists():
@@ -90,12 +89,12 @@ def run_cli(a) -> int:
         if a.threads < 1:
             raise ConfigError("--threads must be at least 1")
         torch.set_num_threads(a.threads)
-    parse_methods(a.methods, cfg.policy)  # bad method names fail before minutes of model loading
+    plan = parse_methods(a.methods, cfg.policy)  # bad method names fail before minutes of model loading
     prompts = load_suite(a.suite, a.limit) if a.suite else load_jsonl(a.prompts, a.limit)
     trio = load_trio(a.target, a.weak, a.strong, a.device, None if a.dtype == "auto" else a.dtype)
     meta = {"source": f"suite:{a.suite}" if a.suite else f"file:{a.prompts}", "limit": a.limit,
             "threads": torch.get_num_threads()}
-    print(f"{len(prompts)} prompts x {len(a.methods.split(','))} methods -> {out} "
+    print(f"{len(prompts)} prompts x {len(plan)} methods -> {out} "
           f"({trio.names}, {trio.device}, {str(trio.dtype).replace('torch.', '')})", file=sys.stderr)
     signal.signal(signal.SIGTERM, stop)  # `kill` ends like Ctrl-C: finished rows summarized
     try:
@@ -113,7 +112,6 @@ def stop(signum, frame):
 
 
 def print_summary(df, out: Path) -> None:
-    from .store import summarize
     if not len(df):
         print("no finished rows yet")
         return

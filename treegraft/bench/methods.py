@@ -3,7 +3,10 @@
 `ar`, `tree-weak`, `tree-strong` and `treegraft:POLICY` run on our engine; `assisted` and
 `assisted-weak` are Hugging Face `generate(assistant_model=...)` with the strong or the weak drafter,
 the linear speculative decoding most users would reach for. Hooks on the models count their forwards
-and time them, so every method reports tau and a per-phase time split in the same units."""
+and time them, so every method reports tau and a per-phase time split in the same units.
+
+An engine method may end in GraftConfig overrides, an ablation: `treegraft:always[graft_g=0,blend=0]`
+(its label in results.csv is the whole spec)."""
 
 from __future__ import annotations
 
@@ -11,12 +14,14 @@ import copy
 import dataclasses
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from ..engine import ConfigError, Engine, GenConfig
+from ..graft import GraftConfig
 from ..models import Trio, sync
+from ..record import summarize
 from ..schedule import POLICIES
 
 ENGINE_METHODS = ("ar", "tree-weak", "tree-strong")
@@ -30,14 +35,26 @@ class Method:
     engine: str | None   # GenConfig.method, or None for HF assisted generation
     policy: str | None = None
     assistant: str | None = None  # "weak" or "strong" for assisted generation
+    graft: dict = field(default_factory=dict)  # GraftConfig overrides: `...[graft_g=0,blend=0]`
+
+
+def split_specs(spec: str) -> list[str]:
+    """Split on commas outside [...]: 'a,b[x=1,y=2],c' -> ['a', 'b[x=1,y=2]', 'c']."""
+    out, depth, cur = [], 0, ""
+    for ch in spec:
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [s.strip() for s in out + [cur] if s.strip()]
 
 
 def parse_methods(spec: str, default_policy: str) -> list[Method]:
     """"ar,assisted,treegraft:never" -> Methods, in order, `ar` first (speedups are measured against it)."""
     out, seen = [], set()
-    for name in (s.strip() for s in spec.split(",")):
-        if not name:
-            continue
+    for name in split_specs(spec):
         m = parse_method(name, default_policy)
         if m.label in seen:
             raise ConfigError(f"method {m.label!r} is listed twice")
@@ -48,7 +65,18 @@ def parse_methods(spec: str, default_policy: str) -> list[Method]:
     return sorted(out, key=lambda m: m.label != "ar")
 
 
-def parse_method(name: str, default_policy: str) -> Method:
+def parse_method(spec: str, default_policy: str) -> Method:
+    name, bracket, knobs = spec.partition("[")
+    m = parse_name(name, default_policy)
+    if bracket:
+        if m.engine is None:
+            raise ConfigError(f"{spec!r}: GraftConfig overrides apply to engine methods only")
+        m.graft = parse_knobs(spec, knobs)
+        m.label += "[" + ",".join("".join(kv.split()) for kv in knobs[:-1].split(",") if kv.strip()) + "]"
+    return m
+
+
+def parse_name(name: str, default_policy: str) -> Method:
     if name in ENGINE_METHODS:
         return Method(name, name)
     if name in ASSISTED:
@@ -59,7 +87,30 @@ def parse_method(name: str, default_policy: str) -> Method:
             raise ConfigError(f"unknown TreeGraft policy {policy!r} in {name!r}; choose one of {', '.join(POLICIES)}")
         return Method(f"treegraft:{policy}", "treegraft", policy=policy)
     raise ConfigError(f"unknown method {name!r}; choose from ar, assisted, assisted-weak, tree-weak, "
-                      f"tree-strong, treegraft[:{'|'.join(POLICIES)}]")
+                      f"tree-strong, treegraft[:{'|'.join(POLICIES)}], each engine method optionally with "
+                      f"[knob=value,...] (GraftConfig knobs)")
+
+
+def parse_knobs(spec: str, text: str) -> dict:
+    """'graft_g=0,blend=0]' -> {'graft_g': 0, 'blend': 0.0}, typed and range-checked by GraftConfig."""
+    if not text.endswith("]"):
+        raise ConfigError(f"{spec!r}: the overrides must end with ']'")
+    base, out = GraftConfig(), {}
+    for kv in filter(None, (s.strip() for s in text[:-1].split(","))):
+        key, _, val = kv.partition("=")
+        key = key.strip()
+        if not hasattr(base, key):
+            raise ConfigError(f"unknown TreeGraft knob {key!r} in {spec!r}; choose from "
+                              f"{', '.join(f.name for f in dataclasses.fields(GraftConfig))}")
+        try:
+            out[key] = type(getattr(base, key))(val.strip())
+        except ValueError:
+            raise ConfigError(f"{spec!r}: {key} takes a {type(getattr(base, key)).__name__}, got {val!r}") from None
+    try:
+        dataclasses.replace(base, **out).check()
+    except ValueError as e:
+        raise ConfigError(f"{spec!r}: {e}") from None
+    return out
 
 
 # ---------------------------------------------------------------- one runner per method
@@ -69,6 +120,8 @@ class EngineRunner:
         over = {"method": method.engine, "record_stages": False}  # stage snapshots cost time
         if method.policy:
             over["policy"] = method.policy
+        if method.graft:
+            over["graft"] = dataclasses.replace(cfg.graft, **method.graft)
         self.engine = Engine(trio, dataclasses.replace(cfg, **over))
 
     def run(self, ids: list[int]) -> dict:
@@ -83,12 +136,12 @@ def engine_stats(records, wall: float, new: list[int]) -> dict:
     for r in records:
         phases.update(r.times)
     extra = sum(((r.decision or {}).get("oracle") or {}).get("extra_s", 0.0) for r in records)
-    return {"token_ids": new, "wall_s": wall, "target_forwards": len(records),
+    s = summarize(records, wall)
+    return {"token_ids": new, "wall_s": wall, "target_forwards": s["target_forwards"],
             "target_calls": sum(r.forwards.get("target", 0) for r in records),
             "weak_forwards": sum(r.forwards.get("weak", 0) for r in records),
             "strong_forwards": sum(r.forwards.get("strong", 0) for r in records),
-            "strong_calls": sum(r.strong_called for r in records),
-            "mean_tree_size": sum(len(r.selected) for r in records) / len(records) if records else 0.0,
+            "strong_calls": s["strong_calls"], "mean_tree_size": s["mean_tree_size"],
             "accept_lens": [r.accept_len for r in records], "phases": dict(phases), "oracle_extra_s": extra}
 
 

@@ -14,9 +14,9 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from ..cli import encode_prompt
 from ..engine import ConfigError, GenConfig
 from ..models import Trio
+from ..options import encode_prompt
 from .methods import Method, make_runner, parse_methods
 from .prompts import Prompt
 from .report import write_report

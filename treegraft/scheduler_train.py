@@ -1,84 +1,40 @@
-"""The offline value system and the lightweight scheduler distilled from it.
+"""`python -m treegraft scheduler collect|train|compare`: training the learned scheduler offline.
+
+The question it learns: what is the *benefit of a strong call* at this step? (Not to be confused
+with a node's path value V in treegraft.tree.)
 
   collect  run TreeGraft with the oracle policy: every step is played without and with the strong
            drafter from the same state; each row holds the cheap features, both accepted lengths,
            both measured costs and the timings a cost model is fitted from.
-  train    fit a cost model (measured forward times -> seconds), label each step by the value of
-           calling, delta = a1/c1 - a0/c0 (tokens per second gained), fit a logistic model on the
+  train    fit a cost model (measured forward times -> seconds), label each step by the benefit of a
+           strong call, delta = a1/c1 - a0/c0 (tokens per second gained), fit a logistic model on the
            features, tune its threshold on held-out prompts for simulated throughput, and write
            assets/scheduler/scheduler.json + REPORT.md.
-  compare  side by side on held-out prompts: never / always / learned / oracle / tree-weak / tree-strong.
+  compare  side by side on held-out prompts, through the benchmark runner (treegraft.bench):
+           never / always / learned / oracle / tree-weak / tree-strong, or any bench method spec.
 
 Collection, threshold tuning and comparison use disjoint prompts (offsets into the benchmark sets,
-past the first prompts the benchmark suite uses)."""
+past the first prompts the benchmark suite uses). The learned policy's runtime (loading the file,
+deciding) is treegraft.schedule.LearnedPolicy."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .models import ASSETS, save_json
-from .schedule import Decision
-
-DEFAULT_SCHEDULER = ASSETS / "scheduler" / "scheduler.json"
-FEATURES = ("root_top1", "root_entropy", "pool_mass_top16", "best_value", "confident_depth",
-            "recent_accept", "recent_strong_gain", "position")
-
-
-def default_policy() -> str:
-    """`learned` once a distilled scheduler ships, `always` until then."""
-    return "learned" if DEFAULT_SCHEDULER.exists() else "always"
+from .bench.prompts import SUITES, load_suite
+from .bench.run import run_bench
+from .engine import Engine
+from .models import load_trio, save_json
+from .options import add_model_args, add_tree_args, encode_prompt, gen_config
+from .schedule import DEFAULT_SCHEDULER, FEATURES, LearnedPolicy
 
 
-# ---------------------------------------------------------------- the learned policy (online)
-
-@dataclass
-class LearnedPolicy:
-    """Logistic model on standardised features; calls the strong drafter when p > threshold.
-    Pure arithmetic on a dict of floats: no model forward, microseconds."""
-    features: tuple
-    mean: list
-    std: list
-    weights: list
-    bias: float
-    threshold: float
-    name: str = "learned"
-    source: str = ""
-
-    @classmethod
-    def load(cls, path: str | Path | None = None) -> "LearnedPolicy":
-        p = Path(path) if path else DEFAULT_SCHEDULER
-        if not p.exists():
-            raise FileNotFoundError(f"no learned scheduler at {p}; train one with "
-                                    f"`python -m treegraft scheduler train`")
-        d = json.loads(p.read_text())
-        return cls(tuple(d["features"]), d["mean"], d["std"], d["weights"], d["bias"], d["threshold"], source=str(p))
-
-    def contributions(self, feats: dict) -> dict:
-        return {f: w * (feats[f] - m) / s for f, m, s, w in zip(self.features, self.mean, self.std, self.weights)}
-
-    def prob(self, feats: dict) -> float:
-        z = self.bias + sum(self.contributions(feats).values())
-        return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, z))))
-
-    def decide(self, feats: dict, step: int) -> Decision:
-        contrib = self.contributions(feats)
-        p = self.prob(feats)
-        call = p > self.threshold
-        top = sorted(contrib.items(), key=lambda kv: -abs(kv[1]))[:2]
-        why = ", ".join(f"{f}={feats[f]:.2f} {'for' if c > 0 else 'against'} ({c:+.2f})" for f, c in top)
-        reason = f"p(strong pays) = {p:.2f} {'>' if call else '<='} threshold {self.threshold:.2f}; {why}"
-        return Decision(call, self.name, reason, score=p, threshold=self.threshold, features=feats)
-
-
-# ---------------------------------------------------------------- value system (offline)
+# ---------------------------------------------------------------- cost model, labels, logistic fit
 
 def fit_cost_model(rows: list[dict]) -> dict:
     """Seconds as a function of work, least squares over the measured oracle steps:
@@ -100,8 +56,9 @@ def model_costs(r: dict, cm: dict) -> tuple[float, float]:
     return c0, c1
 
 
-def label(rows: list[dict], cm: dict) -> np.ndarray:
-    """delta = a1/c1 - a0/c0 under the cost model (measured costs are too noisy per step)."""
+def benefit(rows: list[dict], cm: dict) -> np.ndarray:
+    """The benefit of a strong call at each step, delta = a1/c1 - a0/c0 (tokens per second gained)
+    under the cost model (measured costs are too noisy per step)."""
     out = []
     for r in rows:
         c0, c1 = model_costs(r, cm)
@@ -138,7 +95,7 @@ def train(rows: list[dict], holdout: float = 0.3, seed: int = 0) -> tuple[dict, 
     tr = [r for r in rows if r["prompt_id"] not in held]
     te = [r for r in rows if r["prompt_id"] in held]
     cm = fit_cost_model(tr)
-    d_tr, d_te = label(tr, cm), label(te, cm)
+    d_tr, d_te = benefit(tr, cm), benefit(te, cm)
     X_tr = np.array([[r["features"][f] for f in FEATURES] for r in tr])
     X_te = np.array([[r["features"][f] for f in FEATURES] for r in te])
     mean, std = X_tr.mean(0), X_tr.std(0) + 1e-6
@@ -197,7 +154,6 @@ def render_report(art: dict) -> str:
 # ---------------------------------------------------------------- commands
 
 def held_prompts(per_suite: int, offset: int, suites: str):
-    from .bench.prompts import SUITES, load_suite
     names = SUITES if suites == "all" else suites.split(",")
     out = []
     for name in names:
@@ -206,9 +162,6 @@ def held_prompts(per_suite: int, offset: int, suites: str):
 
 
 def cmd_collect(a) -> int:
-    from .cli import encode_prompt, gen_config
-    from .engine import Engine
-    from .models import load_trio
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     done = set()
@@ -249,72 +202,30 @@ def cmd_train(a) -> int:
     return 0
 
 
-def split_methods(text: str) -> list[str]:
-    """Split on commas outside [...]: 'a,b[x=1,y=2],c' -> ['a', 'b[x=1,y=2]', 'c']."""
-    out, depth, cur = [], 0, ""
-    for ch in text:
-        depth += ch == "["
-        depth -= ch == "]"
-        if ch == "," and depth == 0:
-            out.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    return [m for m in out + [cur] if m]
-
-
-def method_config(a, spec: str, gen_config):
-    """`treegraft:always[graft_g=0,blend=0]`: method, policy, and GraftConfig overrides (ablations)."""
-    spec, _, knobs = spec.partition("[")
-    method, _, policy = spec.partition(":")
-    a.policy = policy or None
-    cfg = gen_config(a, method)
-    cfg.record_stages = False
-    for kv in filter(None, knobs.rstrip("]").split(",")):
-        key, _, val = kv.partition("=")
-        if not hasattr(cfg.graft, key):
-            raise ValueError(f"unknown TreeGraft knob {key!r} in {spec}[{knobs}")
-        setattr(cfg.graft, key, type(getattr(cfg.graft, key))(val))
-    cfg.check()
-    return cfg
-
-
 def cmd_compare(a) -> int:
-    from .cli import encode_prompt, gen_config
-    from .engine import Engine
-    from .models import load_trio
-    from .record import summarize
+    """The benchmark runner on held-out prompts (resumable in --out), then one table over all prompts."""
     trio = load_trio(a.target, a.weak, a.strong, a.device, None if a.dtype == "auto" else a.dtype)
-    methods = split_methods(a.methods)
+    cfg = gen_config(a, "treegraft")
     prompts = held_prompts(a.per_suite, a.offset, a.suites)
-    totals = {m: {"tokens": 0, "forwards": 0, "wall": 0.0, "extra": 0.0, "calls": 0} for m in methods}
-    for p in prompts:
-        ids = encode_prompt(trio.tokenizer, p.text, False)
-        for m in methods:  # interleaved: machine drift hits every method alike
-            cfg = method_config(a, m, gen_config)
-            engine = Engine(trio, cfg)
-            t = time.perf_counter()
-            recs = list(engine.generate(ids))
-            wall = time.perf_counter() - t
-            s = summarize(recs, wall)
-            tot = totals[m]
-            tot["tokens"] += s["new_tokens"]
-            tot["forwards"] += s["target_forwards"]
-            tot["wall"] += wall
-            tot["calls"] += s["strong_calls"]
-            tot["extra"] += sum(((r.decision or {}).get("oracle") or {}).get("extra_s", 0.0) for r in recs)
-        print(f"{p.id} done", file=sys.stderr)
-    print(f"| method | tau | tokens/s | tokens/s net of oracle extra | strong calls / step |")
-    print("|---|---|---|---|---|")
-    for m, t in totals.items():
-        net = t["tokens"] / max(1e-9, t["wall"] - t["extra"])
-        print(f"| {m} | {t['tokens'] / t['forwards']:.3f} | {t['tokens'] / t['wall']:.2f} | {net:.2f} | "
-              f"{t['calls'] / t['forwards']:.2f} |")
+    meta = {"source": f"scheduler compare: {a.suites}, {a.per_suite} per suite from offset {a.offset}"}
+    df = run_bench(trio, prompts, a.methods, cfg, a.out, meta=meta, bar=True)
+    print(compare_table(df))
     return 0
 
 
+def compare_table(df) -> str:
+    """Pooled over prompts, per method in run order: tau, tokens/s, tokens/s net of what the oracle
+    paid for its second branch, strong calls per step."""
+    lines = ["| method | tau | tokens/s | tokens/s net of oracle extra | strong calls / step |", "|---|---|---|---|---|"]
+    for m, g in df.groupby("method", sort=False):
+        tokens, forwards, wall = g["new_tokens"].sum(), g["target_forwards"].sum(), g["wall_s"].sum()
+        net = tokens / max(1e-9, wall - g["oracle_extra_s"].sum())
+        lines.append(f"| {m} | {tokens / forwards:.3f} | {tokens / wall:.2f} | {net:.2f} | "
+                     f"{g['strong_calls'].sum() / forwards:.2f} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
-    from .cli import add_model_args, add_tree_args
     ap = argparse.ArgumentParser(prog="python -m treegraft scheduler")
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name, fn in (("collect", cmd_collect), ("compare", cmd_compare)):
@@ -334,7 +245,10 @@ def main(argv=None) -> int:
             s.add_argument("--out", default="runs/scheduler/collect.jsonl")
         else:
             s.add_argument("--methods", default="treegraft:never,treegraft:always,treegraft:learned,"
-                                                "treegraft:oracle,tree-weak,tree-strong")
+                                                "treegraft:oracle,tree-weak,tree-strong",
+                           help="bench method specs, e.g. treegraft:always[graft_g=0,blend=0] (an ablation)")
+            s.add_argument("--out", default="runs/scheduler/compare",
+                           help="bench run directory (results.csv, report.html); the same command resumes")
     t = sub.add_parser("train")
     t.add_argument("--data", default="runs/scheduler/collect.jsonl")
     t.add_argument("--out", default=str(DEFAULT_SCHEDULER.parent))

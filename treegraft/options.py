@@ -1,0 +1,60 @@
+"""Settings from the outside world, shared by every front end (cli, bench, the scheduler trainer,
+the app): the model and tree options of the command line, GenConfig built from them, and the prompt
+checked and turned into token ids."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from .engine import ConfigError, GenConfig
+from .graft import GraftConfig
+from .schedule import POLICIES, default_policy
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("models")
+    g.add_argument("--target", default="default", help="HF id (local cache only), directory, .gguf file, or 'default'")
+    g.add_argument("--weak", default="default", help="weak drafter: same forms as --target")
+    g.add_argument("--strong", default="default", help="strong drafter: same forms as --target")
+    g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    g.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+
+
+def add_tree_args(p: argparse.ArgumentParser) -> None:
+    d = GenConfig()
+    g = p.add_argument_group("tree and TreeGraft")
+    g.add_argument("--budget", type=int, default=d.budget, help="nodes sent to the target (N)")
+    g.add_argument("--depth", type=int, default=d.depth, help="maximum tree depth (D)")
+    g.add_argument("--topk", type=int, default=d.topk, help="children per expanded node (k)")
+    g.add_argument("--width", type=int, default=None, help="frontier nodes expanded per level (default: topk)")
+    g.add_argument("--policy", default=None, choices=POLICIES, help="when TreeGraft calls the strong drafter")
+    g.add_argument("--every-k", type=int, default=d.every_k)
+    g.add_argument("--scheduler", default=None, help="learned scheduler file (default: the shipped one)")
+    for f in dataclasses.fields(GraftConfig):  # --rescore-m, --recover-k, --graft-g, ... --blend
+        g.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default, help=f.metadata["help"])
+
+
+def gen_config(a, method: str) -> GenConfig:
+    """GenConfig from parsed add_tree_args options (plus max_new_tokens, temperature, top_p, seed), checked."""
+    cfg = GenConfig(method=method, max_new_tokens=a.max_new_tokens, budget=a.budget, depth=a.depth,
+                    topk=a.topk, width=a.width, temperature=a.temperature, top_p=a.top_p, seed=a.seed,
+                    policy=a.policy or default_policy(), every_k=a.every_k, scheduler_path=a.scheduler,
+                    graft=GraftConfig(**{f.name: getattr(a, f.name) for f in dataclasses.fields(GraftConfig)}))
+    cfg.check()
+    return cfg
+
+
+def check_prompt(prompt: str) -> str:
+    """Where text enters: refuse an empty prompt before anything is loaded."""
+    if not prompt or not prompt.strip():
+        raise ConfigError("the prompt is empty")
+    return prompt
+
+
+def encode_prompt(tokenizer, prompt: str, raw: bool) -> list[int]:
+    """Token ids of a (checked) prompt: the chat template's user turn, or the raw text."""
+    if raw or tokenizer.chat_template is None:
+        return tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    return list(tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+                                              add_generation_prompt=True, tokenize=True, return_dict=False))
