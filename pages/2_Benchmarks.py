@@ -14,10 +14,15 @@ st.set_page_config(page_title="TreeGraft - benchmarks", layout="wide")
 ROOT = Path(__file__).resolve().parents[1]
 
 
+SHIPPED = ROOT / "docs" / "bench" / "current"  # the committed benchmark of the shipped trio
+
+
 def latest_results() -> str:
-    """The newest directory under runs/ holding a results.csv, as a starting suggestion."""
+    """The newest directory under runs/ holding a results.csv, else the committed benchmark."""
     found = sorted((ROOT / "runs").glob("**/results.csv"), key=lambda p: p.stat().st_mtime)
-    return str(found[-1].parent) if found else ""
+    if found:
+        return str(found[-1].parent)
+    return str(SHIPPED) if (SHIPPED / "results.csv").is_file() else ""
 
 
 def show(path: str) -> None:
@@ -27,6 +32,9 @@ def show(path: str) -> None:
     if summary is not None:
         st.subheader("summary.csv")
         st.dataframe(summary, hide_index=True)
+    st.caption("Speedup = wall time of ar / wall time of the method on the same prompt, methods interleaved prompt "
+               "by prompt; tau (tokens per target forward) does not depend on the machine or its load. Colours match "
+               "the Step through page: one colour per method everywhere.")
     st.subheader("Mean per category and method")
     st.dataframe(viz.bench_table(results), hide_index=True)
     for i, fig in enumerate(viz.bench_figures(results)):

@@ -20,14 +20,33 @@ to pay off. The strong drafter never throws the weak tree away: it rescores it, 
 missed, and grafts new subtrees where the refined scores point."""
 
 
+def teaching_value(r) -> tuple:
+    """Prefer a step where the strong drafter ran and the target accepted some of its work, then
+    one where it ran and anything was accepted, then the longest accepted path."""
+    from treegraft.record import provenance_summary
+    p = provenance_summary(r)
+    return (r.strong_called, p["accepted_from_strong"] > 0, p["accepted_kept"], r.step)
+
+
 def pick_step(run: ui.Run):
     recs = run.records
-    # Teach on a step where the strong drafter ran, when there is one: it has every stage.
-    rich = [r.step for r in recs if r.strong_called]
-    default = rich[-1] if rich else recs[-1].step
+    # Teach on a step where the strong drafter ran (it has every stage) and something was accepted.
+    default = max(recs, key=teaching_value).step
     k = st.selectbox("Step to explain", options=[r.step for r in recs], index=default, key="walk_step",
                      format_func=lambda i: f"step {i}" + (" (strong drafter ran)" if recs[i].strong_called else ""))
-    return recs[k]
+    rec = recs[k]
+    if not any(r.strong_called for r in recs):
+        st.info(f"No step of this run called the strong drafter (method {run.cfg.method}, policy {run.cfg.policy}), "
+                "so the rescore / recover / graft stages are missing below.")
+        if st.button("Rerun this step with the strong drafter", key="walk_strong",
+                     help="the same prefix, policy always; the run itself is not changed"):
+            with ui.guard("rerun the step"):
+                st.session_state["walk_extra"] = (run.serial, k, ui.what_if(run, k)["always"])
+        got = st.session_state.get("walk_extra")
+        if got and got[:2] == (run.serial, k):
+            st.caption(f"Showing step {k} rerun with the strong drafter (policy always), from the same prefix.")
+            return got[2]
+    return rec
 
 
 def explain(rec, stage: str) -> str:
@@ -43,7 +62,9 @@ def explain(rec, stage: str) -> str:
     if stage in viz.FINAL_STAGES:
         facts.append(f"{d['selected']} selected for the target")
     if stage == "verified":
-        facts.append(f"{d['accepted']} accepted + 1 bonus = {rec.accept_len} tokens: {rec.text!r}")
+        facts.append(f"{viz.token_arithmetic(rec)}: {rec.text!r}")
+        if rec.strong_called:
+            facts.append(viz.strong_changes(rec).rstrip("."))
     t = {"rescored": "rescore", "recovered": "recover", "grafted": "graft"}.get(stage)
     if t and t in rec.stage_times:
         facts.append(f"took {rec.stage_times[t] * 1e3:.0f} ms")

@@ -27,20 +27,15 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .record import StepRecord
+from . import colors
+from .record import StepRecord, provenance_summary
 
 ROOT = -1
 POOL_STAGES = ("weak pool", "strong pool", "rescored", "recovered", "grafted")
 FINAL_STAGES = ("selected", "verified")
 
-# Provenance -> (legend label, colour, marker symbol). Labels are written for a newcomer.
-PROVENANCE = {
-    "weak": ("weak drafter's proposal", "#4C78A8", "circle"),
-    "rescored": ("weak proposal, rescored by strong", "#F58518", "diamond"),
-    "graft": ("grafted by strong (new subtree)", "#54A24B", "triangle-right"),
-    "recovered": ("recovered by strong (weak missed it)", "#B279A2", "square"),
-    "strong": ("strong drafter's proposal", "#E45756", "hexagon"),
-}
+# Provenance -> (legend label, colour, marker symbol): defined once in treegraft.colors.
+PROVENANCE = colors.PROVENANCE
 STAGE_HELP = {
     "weak pool": "The weak drafter grows an EAGLE-2 style tree: at each depth it expands the most "
                  "promising frontier nodes in one batched forward and keeps every candidate.",
@@ -137,14 +132,24 @@ def tree_graph(nodes: list[dict], decode: Decode | None = None) -> nx.DiGraph:
 
 
 def tidy_layout(g: nx.DiGraph) -> dict:
-    """Left-to-right tidy tree: x = depth, leaves on consecutive rows in DFS order (best child
-    first), each parent centred on its children. Row 0 is the top."""
-    def best_first(children):
-        return sorted(children, key=lambda c: (-g.nodes[c].get("value", 0.0), c))
+    """Left-to-right tidy tree: x = depth, leaves on consecutive rows in DFS order, each parent
+    centred on its children. Row 0 is the top. Children go accepted first, then by path value, so
+    the accepted path runs along the top and the most likely candidates follow, as the axis says.
+    A node may carry `first=True` (the bonus token): it goes before its siblings."""
+    def order(children):
+        return sorted(children, key=lambda c: (not g.nodes[c].get("first", False),
+                                               not g.nodes[c].get("accepted", False),
+                                               -float(g.nodes[c].get("value", 0.0)), str(c)))
 
     pos, next_row = {}, 0
-    for v in nx.dfs_postorder_nodes(g, "root", sort_neighbors=best_first):
+    stack = [("root", False)]
+    while stack:  # iterative post-order: deep trees never hit the recursion limit
+        v, done = stack.pop()
         kids = list(g.successors(v))
+        if not done:
+            stack.append((v, True))
+            stack.extend((c, False) for c in reversed(order(kids)))
+            continue
         if kids:
             ys = [pos[c][1] for c in kids]
             y = (min(ys) + max(ys)) / 2
@@ -156,16 +161,22 @@ def tidy_layout(g: nx.DiGraph) -> dict:
 
 # ---------------------------------------------------------------- the tree figure
 
-def _hover(n: dict, rank: int, decode: Decode | None) -> str:
+LABELS_PER_COLUMN = 6   # token text on at most this many nodes per depth; every node has hover text
+LABEL_CHARS = 12
+
+
+def _hover(n: dict, rank: int, decode: Decode | None, hidden: int = 0) -> str:
     def lp(x):
         return "-" if x is None else f"{x:.3f}"
+    more = f"<br><i>+{hidden} pruned candidate{'s' if hidden != 1 else ''} below, collapsed</i>" if hidden else ""
     return (f"<b>{html.escape(token_label(decode, n['token']))}</b> (id {n['token']})<br>"
             f"node {n['id']}, depth {n['depth']}, rank {rank} by path value<br>"
             f"provenance: {PROVENANCE[provenance(n)][0]}<br>"
             f"log q_weak: {lp(n.get('weak_logp'))} nats, log q_strong: {lp(n.get('strong_logp'))} nats<br>"
             f"score s: {n['score']:.3f}, path value V: {n['value']:.3f} nats (p = {math.exp(n['value']):.2e})<br>"
             f"graft point: {'yes' if n.get('graft_point') else 'no'}, expanded by: {n.get('expanded_by') or '-'}<br>"
-            f"selected: {'yes' if n.get('selected') else 'no'}, accepted: {'yes' if n.get('accepted') else 'no'}")
+            f"selected: {'yes' if n.get('selected') else 'no'}, accepted: {'yes' if n.get('accepted') else 'no'}"
+            + more)
 
 
 def _edges(g, pos, node_ids, name, color, width, meta="edges", dash=None) -> go.Scatter:
@@ -178,18 +189,74 @@ def _edges(g, pos, node_ids, name, color, width, meta="edges", dash=None) -> go.
                       line=dict(color=color, width=width, dash=dash))
 
 
+def collapse_pruned(nodes: list[dict], tree_ids: set) -> tuple[list[dict], dict[int, int]]:
+    """Pruned candidates drawn as the top of each pruned subtree only (its parent is in the tree or
+    is the root); returns those nodes and, per node, how many pruned descendants it stands for."""
+    by_id = {n["id"]: n for n in nodes}
+    top, hidden = [], {}
+    for n in nodes:
+        if n["id"] in tree_ids:
+            continue
+        if n["parent"] == ROOT or n["parent"] in tree_ids:
+            top.append(n)
+            hidden[n["id"]] = 0
+            continue
+        # Climb to the pruned subtree's top (parents precede children, so it is known by now).
+        u = by_id[n["parent"]]
+        while u["parent"] != ROOT and u["parent"] not in tree_ids:
+            u = by_id[u["parent"]]
+        hidden[u["id"]] = hidden.get(u["id"], 0) + 1
+    return top, hidden
+
+
+def label_nodes(tree: list[dict], pos: dict, rank: dict, min_gap: float,
+                per_column: int = LABELS_PER_COLUMN) -> set:
+    """Nodes whose token text is printed: per depth, the accepted node and then the best-ranked
+    ones, at most `per_column`, never two closer than `min_gap` rows (so labels never overlap)."""
+    out = set()
+    by_depth: dict[int, list[dict]] = {}
+    for n in tree:
+        by_depth.setdefault(n["depth"], []).append(n)
+    for column in by_depth.values():
+        taken: list[float] = []
+        for n in sorted(column, key=lambda n: (not n.get("accepted"), rank[n["id"]])):
+            if len(taken) >= per_column:
+                break
+            y = pos[n["id"]][1]
+            if all(abs(y - t) >= min_gap for t in taken):
+                taken.append(y)
+                out.add(n["id"])
+    return out
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= LABEL_CHARS else text[:LABEL_CHARS - 1] + "\u2026"
+
+
 def tree_figure(rec: StepRecord, stage: str | None = None, decode: Decode | None = None,
                 show_pruned: bool = True, title: str | None = None) -> go.Figure:
     stage = stage or stage_names(rec)[-1]
     nodes = stage_nodes(rec, stage)
     tree = kept(nodes, stage)
     tree_ids = {n["id"] for n in tree}
-    pruned = [n for n in nodes if n["id"] not in tree_ids] if show_pruned else []
+    pruned, hidden = collapse_pruned(nodes, tree_ids) if show_pruned else ([], {})
     shown = tree + pruned
     g = tree_graph(shown, decode)
+    bonus = stage == "verified" and bonus_shown(rec)
+    acc = [i for i in rec.accepted if i in g] if stage == "verified" else []
+    if bonus:  # the bonus gets a row of its own, above its siblings: it never covers a label
+        parent = acc[-1] if acc else "root"
+        depth = g.nodes[parent]["depth"] + 1 if acc else 1
+        g.add_node("bonus", depth=depth, first=True, value=0.0)
+        g.add_edge(parent, "bonus")
     pos = tidy_layout(g)
     rank = ranks(nodes)
-    labels = len(tree) <= 48  # token text next to the tree's markers only while it stays readable
+    rows = max(1, len([v for v in g if g.out_degree(v) == 0]))
+    height = int(min(1400, max(440, 190 + 13 * rows)))
+    top, bottom = 50, 150  # the bottom holds the legend, which wraps in narrow columns
+    row_px = (height - top - bottom) / rows
+    size = max(4.0, min(12.0, 0.9 * row_px))  # markers shrink when rows get dense (budget 512)
+    labelled = label_nodes(tree, pos, rank, min_gap=max(1.0, 15 / row_px))
 
     fig = go.Figure()
     fig.add_trace(_edges(g, pos, [n["id"] for n in pruned], "pruned edges", "rgba(160,160,160,0.35)", 1))
@@ -197,76 +264,75 @@ def tree_figure(rec: StepRecord, stage: str | None = None, decode: Decode | None
     if pruned:
         fig.add_trace(go.Scatter(
             x=[pos[n["id"]][0] for n in pruned], y=[pos[n["id"]][1] for n in pruned], mode="markers",
-            name="pruned: not sent to the target", meta="pruned", opacity=0.35,
-            marker=dict(color="#BBBBBB", size=7, symbol=[PROVENANCE[provenance(n)][2] for n in pruned]),
-            hovertext=[_hover(n, rank[n["id"]], decode) for n in pruned], hoverinfo="text"))
+            name="pruned: not sent to the target (subtrees collapsed)", meta="pruned", opacity=0.35,
+            marker=dict(color=colors.PRUNED, size=[min(size + 2 * math.log1p(hidden[n["id"]]), 16) for n in pruned],
+                        symbol=[PROVENANCE[provenance(n)][2] for n in pruned]),
+            hovertext=[_hover(n, rank[n["id"]], decode, hidden[n["id"]]) for n in pruned], hoverinfo="text"))
     for key, (label, color, symbol) in PROVENANCE.items():
         group = [n for n in tree if provenance(n) == key]
         if not group:
             continue
         fig.add_trace(go.Scatter(
             x=[pos[n["id"]][0] for n in group], y=[pos[n["id"]][1] for n in group],
-            mode="markers+text" if labels else "markers", name=label, meta="tree",
-            text=[token_label(decode, n["token"]) for n in group], textposition="middle right",
-            textfont=dict(size=11),
-            marker=dict(color=color, size=12, symbol=symbol,
+            mode="markers+text", name=label, meta="tree",
+            text=[_short(token_label(decode, n["token"])) if n["id"] in labelled else "" for n in group],
+            textposition="middle right", textfont=dict(size=11),
+            marker=dict(color=color, size=size, symbol=symbol,
                         line=dict(color="black", width=[2.5 if n.get("graft_point") else 0.5 for n in group])),
             hovertext=[_hover(n, rank[n["id"]], decode) for n in group], hoverinfo="text"))
     if stage == "verified":
-        _add_verdict(fig, rec, g, pos, decode)
+        _add_verdict(fig, rec, pos, decode, acc, bonus)
     fig.add_trace(go.Scatter(
         x=[0], y=[pos["root"][1]], mode="markers+text", name="root: last accepted token", meta="root",
-        text=[token_label(decode, rec.root_token)], textposition="middle left",
+        text=[_short(token_label(decode, rec.root_token))], textposition="middle left",
         marker=dict(color="black", size=14, symbol="square"),
         hovertext=[f"root: last accepted token {html.escape(token_label(decode, rec.root_token))} "
                    f"at position {rec.root_pos}"], hoverinfo="text"))
-    rows = max(1, len([v for v in g if g.out_degree(v) == 0]))
-    height = int(min(1400, max(440, 190 + 13 * rows)))
-    top, bottom = 50, 150  # the bottom holds the legend, which wraps in narrow columns
-    deepest = max([x for x, _ in pos.values()] + [1]) + (1 if stage == "verified" and bonus_shown(rec) else 0)
+    deepest = max([x for x, _ in pos.values()] + [1])
+    n_hidden = sum(hidden.values())
     fig.update_layout(
         title=title or f"Step {rec.step} - {stage}: {len(tree)} tree nodes"
-                       + (f" ({len(pruned)} pruned shown faded)" if pruned else ""),
+                       + (f" ({len(pruned) + n_hidden} pruned, faded" + (f"; {n_hidden} collapsed" if n_hidden else "")
+                          + ")" if pruned else ""),
         # Padding on the right keeps the last column's token labels inside the plot.
         xaxis=dict(title="depth below the root (tokens)", dtick=1, zeroline=False, range=[-0.4, deepest + 0.8]),
-        yaxis=dict(title="candidates, most likely path on top", autorange="reversed",
+        yaxis=dict(title="accepted path on top, then the most likely candidates", autorange="reversed",
                    showticklabels=False, zeroline=False, showgrid=False),
         height=height, hovermode="closest",
         # Legend under the axis title (a fixed 60 px gap); above the plot it collides with the title.
         legend=dict(orientation="h", yanchor="top", y=-60 / (height - top - bottom), x=0),
         margin=dict(l=40, r=20, t=top, b=bottom),
         meta={"kind": "tree", "step": rec.step, "stage": stage, "tree_nodes": len(tree),
-              "pruned_nodes": len(pruned)})
+              "pruned_nodes": len(pruned), "pruned_collapsed": n_hidden, "labelled": len(labelled)})
     return fig
 
 
-def _add_verdict(fig, rec, g, pos, decode) -> None:
+def _add_verdict(fig, rec, pos, decode, acc, bonus) -> None:
     """Accepted path (ringed), the first rejected candidate (x) and the bonus token (star)."""
-    acc = [i for i in rec.accepted if i in pos]
     if acc:
         path = ["root"] + acc
         fig.add_trace(go.Scatter(x=[pos[v][0] for v in path], y=[pos[v][1] for v in path],
                                  mode="lines", name="accepted path (edges)", meta="edges", showlegend=False,
-                                 hoverinfo="skip", line=dict(color="#2CA02C", width=4)))
+                                 hoverinfo="skip", line=dict(color=colors.ACCEPTED, width=4)))
         fig.add_trace(go.Scatter(x=[pos[i][0] for i in acc], y=[pos[i][1] for i in acc], mode="markers",
                                  name="accepted by the target", meta="overlay", hoverinfo="skip",
-                                 marker=dict(symbol="circle-open", size=22, color="#2CA02C",
+                                 marker=dict(symbol="circle-open", size=22, color=colors.ACCEPTED,
                                              line=dict(width=3))))
     rej = first_rejected(rec)
     if rej is not None and rej in pos:
         fig.add_trace(go.Scatter(x=[pos[rej][0]], y=[pos[rej][1]], mode="markers",
                                  name="first rejected (target disagreed)", meta="overlay", hoverinfo="skip",
-                                 marker=dict(symbol="x-thin-open", size=20, color="#D62728", line=dict(width=3))))
-    if bonus_shown(rec):
+                                 marker=dict(symbol="x-thin-open", size=20, color=colors.REJECTED, line=dict(width=3))))
+    if bonus:
         parent = acc[-1] if acc else "root"
-        # Half a row off the parent's line, so the star never hides a draft node at that spot.
-        x, y = pos[parent][0] + 1, pos[parent][1] + 0.45
-        fig.add_trace(go.Scatter(x=[pos[parent][0], x], y=[pos[parent][1], y], mode="lines", meta="edges", showlegend=False,
-                                 hoverinfo="skip", line=dict(color="#2CA02C", width=2, dash="dot")))
+        x, y = pos["bonus"]
+        fig.add_trace(go.Scatter(x=[pos[parent][0], x], y=[pos[parent][1], y], mode="lines", meta="edges",
+                                 showlegend=False, hoverinfo="skip",
+                                 line=dict(color=colors.ACCEPTED, width=2, dash="dot")))
         fig.add_trace(go.Scatter(
             x=[x], y=[y], mode="markers+text", name="bonus: the target's own next token", meta="overlay",
-            text=[token_label(decode, rec.bonus)], textposition="middle right",
-            marker=dict(symbol="star", size=18, color="#FFD700", line=dict(color="black", width=1)),
+            text=[_short(token_label(decode, rec.bonus))], textposition="middle right",
+            marker=dict(symbol="star", size=18, color=colors.BONUS, line=dict(color="black", width=1)),
             hovertext=[f"bonus token {html.escape(token_label(decode, rec.bonus))} (id {rec.bonus}): "
                        f"the target's own prediction after the accepted path"], hoverinfo="text"))
 
@@ -317,13 +383,46 @@ def stage_diff(rec: StepRecord, stage: str) -> dict:
     return out
 
 
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def token_arithmetic(rec: StepRecord) -> str:
+    """'2 accepted + 1 bonus = 3 tokens', true also when eos or max new tokens cut the step:
+    '1 of 3 accepted kept + 0 bonus = 1 token (cut at the token limit or end of text)'."""
+    p = provenance_summary(rec)
+    kept, drafted, bonus = p["accepted_kept"], p["accepted_drafted"], p["bonus"]
+    acc = f"{kept} of {drafted} accepted kept" if kept < drafted else f"{kept} accepted"
+    text = f"{acc} + {bonus} bonus = {plural(p['tokens'], 'token')}"
+    if p["cut"]:
+        text += " (cut: end of text or max new tokens reached)"
+    return text
+
+
+def strong_changes(rec: StepRecord) -> str:
+    """One sentence: what the strong drafter changed in this step and what of it the target took."""
+    if not rec.strong_called:
+        return ""
+    p = provenance_summary(rec)
+    acc = p["accepted"]
+    took = ", ".join(f"{acc[k]} {name}" for k, name in (("rescored", "rescored"), ("graft", "grafted"),
+                                                         ("recovered", "recovered"), ("weak", "weak")) if acc[k])
+    return (f"Strong drafter: rescored {plural(p['rescored'], 'node')}, recovered {p['recovered']}, "
+            f"grafted {p['grafted']} (below {plural(p['graft_points'], 'graft point')}); "
+            f"{p['selected']['rescored'] + p['selected']['graft'] + p['selected']['recovered']} of the "
+            f"{len(rec.selected)} verified nodes carry its scores. Accepted tokens by provenance: "
+            f"{took or 'none accepted'}"
+            + (f" ({p['accepted_from_strong']} of {p['accepted_kept']} from the strong drafter's work)"
+               if p["accepted_kept"] else "") + ".")
+
+
 def shaded_text_html(records: Iterable[StepRecord]) -> str:
     """Generated text with each step's tokens (accepted + bonus) on its own shade."""
     shades = ["#DCEBFA", "#FCE5CD", "#D9EAD3", "#EAD1DC", "#FFF2CC", "#D0E0E3"]
     spans = []
     for r in records:
-        title = f"step {r.step}: {r.accept_len} tokens" + (", strong drafter ran" if r.strong_called else "")
-        border = "border-bottom:2px solid #F58518;" if r.strong_called else ""
+        title = f"step {r.step}: {plural(r.accept_len, 'token')}" + (", strong drafter ran" if r.strong_called else "")
+        border = f"border-bottom:2px solid {colors.STRONG};" if r.strong_called else ""
         spans.append(f'<span title="{html.escape(title)}" style="background:{shades[r.step % len(shades)]};'
                      f'{border}border-radius:3px;padding:0 1px">{html.escape(r.text)}</span>')
     return f'<div style="white-space:pre-wrap;line-height:1.7;font-family:monospace">{"".join(spans)}</div>'
@@ -338,33 +437,59 @@ def _cumulative(records: list[StepRecord]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def accept_figure(records: list[StepRecord]) -> go.Figure:
+    """Tokens per step, stacked by where they came from: accepted draft tokens by provenance, then
+    the bonus. A marker on top says whether the strong drafter ran (red) or not (blue)."""
     fig = go.Figure()
-    for called, name, color in ((False, "weak drafter only", "#4C78A8"), (True, "strong drafter ran", "#F58518")):
+    sums = [provenance_summary(r) for r in records]
+    steps = [r.step for r in records]
+    for key, (label, color, _) in PROVENANCE.items():
+        ys = [p["accepted"][key] for p in sums]
+        if any(ys):
+            fig.add_trace(go.Bar(x=steps, y=ys, name=f"accepted: {label}", meta="stack", marker_color=color,
+                                 hovertemplate="step %{x}: %{y} accepted<extra>" + label + "</extra>"))
+    fig.add_trace(go.Bar(x=steps, y=[p["bonus"] for p in sums], name="bonus (the target's own token)", meta="stack",
+                         marker_color=colors.BONUS, hovertemplate="step %{x}: %{y} bonus<extra></extra>"))
+    for called, name, color, symbol in ((True, "step total, strong drafter ran", colors.STRONG, "triangle-down"),
+                                        (False, "step total, weak drafter only", colors.WEAK, "circle")):
         rs = [r for r in records if r.strong_called == called]
-        fig.add_trace(go.Bar(x=[r.step for r in rs], y=[r.accept_len for r in rs], name=name, meta="points",
-                             marker_color=color,
-                             hovertemplate="step %{x}: %{y} tokens<extra>" + name + "</extra>"))
+        if rs or called:
+            fig.add_trace(go.Scatter(x=[r.step for r in rs], y=[r.accept_len + 0.35 for r in rs], mode="markers+text",
+                                     name=name, meta="points", text=[str(r.accept_len) for r in rs],
+                                     textposition="top center", marker=dict(color=color, symbol=symbol, size=9),
+                                     hovertemplate="step %{x}: %{text} tokens<extra>" + name + "</extra>"))
     if records:
         tau = sum(r.accept_len for r in records) / len(records)
-        fig.add_hline(y=tau, line_dash="dash", annotation_text=f"mean tau = {tau:.2f} tokens/forward")
-    fig.update_layout(title="Accepted length per step", barmode="overlay", height=320,
+        # A legend entry, not an annotation: an annotation hides behind tall bars.
+        fig.add_trace(go.Scatter(x=[min(steps) - 0.5, max(steps) + 0.5], y=[tau, tau], mode="lines", meta="mean",
+                                 name=f"mean tau = {tau:.2f} tokens/forward", hoverinfo="name",
+                                 line=dict(color="black", dash="dash", width=1.5)))
+    top = max([r.accept_len for r in records] + [1])
+    fig.update_layout(title="Tokens per step, by provenance", barmode="stack", height=360,
                       xaxis=dict(title="step (one target forward each)", dtick=1 if len(records) <= 30 else None),
-                      yaxis=dict(title="accepted tokens + bonus (tokens)", rangemode="tozero"),
+                      yaxis=dict(title="accepted tokens + bonus (tokens)", range=[0, top + 1.2]),
+                      legend=dict(orientation="h", yanchor="top", y=-0.25, x=0, font=dict(size=10)),
                       meta={"kind": "accept", "points": len(records)}, margin=dict(t=50, b=40))
     return fig
 
 
-def throughput_figure(runs: dict[str, list[StepRecord]]) -> go.Figure:
+def _method_style(method: str) -> dict:
+    c = colors.method_color(method)
+    return dict(line=dict(color=c), marker=dict(color=c))
+
+
+def throughput_figure(runs: dict[str, list[StepRecord]], title: str = "Tokens vs measured wall time") -> go.Figure:
     """Cumulative tokens against cumulative measured wall time, one line per method."""
     fig = go.Figure()
     for method, records in runs.items():
         tokens, wall = _cumulative(records)
         # Plain lists, not numpy: plotly would ship typed arrays, which tests and the browser count badly.
         fig.add_trace(go.Scatter(x=wall.tolist(), y=tokens.tolist(), mode="lines+markers", name=method, meta="points",
-                                 hovertemplate="%{y:.0f} tokens after %{x:.2f} s<extra>" + method + "</extra>"))
-    fig.update_layout(title="Tokens vs measured wall time", height=320,
+                                 hovertemplate="%{y:.0f} tokens after %{x:.2f} s<extra>" + method + "</extra>",
+                                 **_method_style(method)))
+    fig.update_layout(title=title, height=360,
                       xaxis=dict(title="wall time (s)", rangemode="tozero"),
                       yaxis=dict(title="tokens generated (tokens)", rangemode="tozero"),
+                      legend=dict(orientation="h", yanchor="top", y=-0.25, x=0),
                       meta={"kind": "throughput", "points": {m: len(r) for m, r in runs.items()}},
                       margin=dict(t=50, b=40))
     return fig
@@ -378,7 +503,7 @@ def ar_time_at(ar: list[StepRecord], tokens: np.ndarray) -> np.ndarray:
     return np.where(tokens <= t[-1], np.interp(tokens, t, w), tokens * rate)
 
 
-def speedup_figure(runs: dict[str, list[StepRecord]]) -> go.Figure:
+def speedup_figure(runs: dict[str, list[StepRecord]], title: str = "Running speedup vs ar (wall time)") -> go.Figure:
     """Running speedup: time ar needed for the same number of tokens / time this method took."""
     fig = go.Figure()
     ar = runs.get("ar")
@@ -389,15 +514,74 @@ def speedup_figure(runs: dict[str, list[StepRecord]]) -> go.Figure:
             tokens, wall = _cumulative(records)
             speed = ar_time_at(ar, tokens) / np.maximum(wall, 1e-9)
             fig.add_trace(go.Scatter(x=tokens.tolist(), y=speed.tolist(), mode="lines+markers", name=method, meta="points",
-                                     hovertemplate="%{y:.2f}x after %{x:.0f} tokens<extra>" + method + "</extra>"))
-        fig.add_hline(y=1.0, line_dash="dot", annotation_text="ar = 1x")
+                                     hovertemplate="%{y:.2f}x after %{x:.0f} tokens<extra>" + method + "</extra>",
+                                     **_method_style(method)))
+        fig.add_trace(go.Scatter(x=[0, max(len(r) and _cumulative(r)[0][-1] for r in runs.values())], y=[1, 1],
+                                 mode="lines", name="ar = 1x", meta="reference", hoverinfo="skip",
+                                 line=dict(color=colors.AR, dash="dot", width=1)))
     else:
-        fig.add_annotation(text="Run the baselines to measure ar on this prompt", showarrow=False,
+        fig.add_annotation(text="Compare with the baselines to measure ar on this prompt", showarrow=False,
                            x=0.5, y=0.5, xref="paper", yref="paper")
-    fig.update_layout(title="Running speedup vs ar", height=320,
+    fig.update_layout(title=title, height=360,
                       xaxis=dict(title="tokens generated (tokens)", rangemode="tozero"),
                       yaxis=dict(title="speedup vs ar (x, wall time ratio)", rangemode="tozero"),
+                      legend=dict(orientation="h", yanchor="top", y=-0.25, x=0),
                       meta={"kind": "speedup"}, margin=dict(t=50, b=40))
+    return fig
+
+
+SPEED_MEASURES = ("wall time", "per target forward (tau)", "median step cost")
+
+
+def speed_table(runs: dict[str, list[StepRecord]]) -> pd.DataFrame:
+    """Speedup vs ar three ways, per method:
+      wall time           total time of ar for as many tokens / this method's total time;
+      per target forward  tau: tokens per target forward (ar's is 1). Hardware-independent: it only
+                          counts tokens, so no other process on the machine can move it;
+      median step cost    tau x median ar step / median step of this method: the same cost
+                          measurement as wall time, but medians ignore bursts of load."""
+    ar = runs.get("ar")
+    rows = []
+    for method, records in runs.items():
+        if not records:
+            continue
+        tokens = sum(r.accept_len for r in records)
+        wall = sum(r.wall_s for r in records)
+        tau = tokens / len(records)
+        row = {"method": method, "tokens": tokens, "target forwards": len(records), "tau (tokens/forward)": tau,
+               "tokens/s": tokens / wall if wall > 0 else float("nan"),
+               "median step (ms)": 1e3 * float(np.median([r.wall_s for r in records]))}
+        if ar:
+            ar_step = float(np.median([r.wall_s for r in ar]))
+            row["speedup: wall time"] = float(ar_time_at(ar, np.array([float(tokens)]))[0] / max(wall, 1e-9))
+            row["speedup: per target forward (tau)"] = tau / (sum(r.accept_len for r in ar) / len(ar))
+            row["speedup: median step cost"] = tau * ar_step / max(1e-9, row["median step (ms)"] / 1e3)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def speed_modes_figure(runs: dict[str, list[StepRecord]]) -> go.Figure:
+    """Speedup vs ar measured three ways, one bar per method in its colour."""
+    table = speed_table(runs)
+    fig = go.Figure()
+    if "speedup: wall time" in table.columns:
+        for _, row in table.iterrows():
+            if row["method"] == "ar":
+                continue
+            ys = [row[f"speedup: {m}"] for m in SPEED_MEASURES]
+            fig.add_trace(go.Bar(x=list(SPEED_MEASURES), y=ys, name=row["method"], meta="points",
+                                 marker_color=colors.method_color(row["method"]),
+                                 text=[f"{y:.2f}x" for y in ys], textposition="outside",
+                                 hovertemplate="%{x}: %{y:.2f}x<extra>" + row["method"] + "</extra>"))
+        fig.add_trace(go.Scatter(x=list(SPEED_MEASURES), y=[1, 1, 1], mode="lines", name="ar = 1x", meta="reference",
+                                 hoverinfo="skip", line=dict(color=colors.AR, dash="dot", width=1)))
+    else:
+        fig.add_annotation(text="Compare with the baselines to see the speedups", showarrow=False,
+                           x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.update_layout(title="Speedup vs ar, three ways", barmode="group", height=360,
+                      yaxis=dict(title="speedup vs ar (x)", rangemode="tozero"),
+                      legend=dict(orientation="h", yanchor="top", y=-0.2, x=0),
+                      meta={"kind": "speed_modes"}, margin=dict(t=50, b=40))
     return fig
 
 
@@ -428,7 +612,7 @@ def decision_figure(records: list[StepRecord]) -> go.Figure:
     if scored:
         fig.add_trace(go.Scatter(x=steps, y=[d.get("score") for d in ds], mode="lines+markers",
                                  name="predicted value (score)", meta="points",
-                                 marker=dict(color=["#F58518" if d.get("call") else "#999" for d in ds], size=10)),
+                                 marker=dict(color=[colors.STRONG if d.get("call") else "#999" for d in ds], size=10)),
                       row=1, col=1)
         fig.add_trace(go.Scatter(x=steps, y=[d.get("threshold") for d in ds], mode="lines", name="threshold",
                                  line=dict(dash="dash", color="black")), row=1, col=1)
@@ -436,18 +620,18 @@ def decision_figure(records: list[StepRecord]) -> go.Figure:
     else:
         fig.add_trace(go.Scatter(x=steps, y=[1 if d.get("call") else 0 for d in ds], mode="markers",
                                  name="call strong (1) / skip (0)", meta="points",
-                                 marker=dict(color=["#F58518" if d.get("call") else "#999" for d in ds], size=12),
+                                 marker=dict(color=[colors.STRONG if d.get("call") else "#999" for d in ds], size=12),
                                  hovertext=[d.get("reason", "") for d in ds], hoverinfo="text+x"), row=1, col=1)
         ytitle = "decision"
         fig.update_yaxes(range=[-0.5, 1.5], tickvals=[0, 1], ticktext=["skip", "call"], row=1, col=1)
     fig.add_trace(go.Bar(x=steps, y=[r.accept_len for r in records], name="accepted length (tokens)",
-                         marker_color=["#F58518" if r.strong_called else "#4C78A8" for r in records]), row=2, col=1)
+                         marker_color=[colors.STRONG if r.strong_called else colors.WEAK for r in records]), row=2, col=1)
     oracle = [(r.step, d["oracle"]) for r, d in zip(records, ds) if d.get("oracle")]
     if oracle:
         fig.add_trace(go.Scatter(x=[s for s, _ in oracle], y=[o["delta"] for _, o in oracle], mode="markers",
                                  name="oracle gain of calling (tokens/s)", yaxis="y3",
                                  marker=dict(symbol=["triangle-up" if o["call"] else "triangle-down" for _, o in oracle],
-                                             size=12, color="#54A24B")), row=2, col=1)
+                                             size=12, color=colors.ACCEPTED)), row=2, col=1)
     fig.update_yaxes(title_text=ytitle, row=1, col=1)
     fig.update_yaxes(title_text="tokens per forward (tokens)", row=2, col=1)
     fig.update_xaxes(title_text="step (one target forward each)", row=2, col=1)
@@ -484,10 +668,25 @@ def features_figure(records: list[StepRecord]) -> go.Figure:
 
 # ---------------------------------------------------------------- benchmarks
 
-BENCH_METRICS = {"tokens_per_s": "throughput (tokens/s)", "speedup_vs_ar": "speedup vs ar (x)",
-                 "tau": "tau (tokens per target forward)", "mean_tree_size": "mean tree size (nodes)",
-                 "strong_calls": "strong drafter calls (calls)",
+BENCH_METRICS = {"tokens_per_s": "throughput (tokens/s)", "speedup_vs_ar": "speedup vs ar (x, wall time)",
+                 "tau": "tau (tokens per target forward; hardware-independent)",
+                 "mean_tree_size": "mean tree size (nodes)",
+                 "strong_steps": "steps that used the strong drafter (steps)",
+                 "strong_forwards": "strong drafter forwards (forwards)",
                  "matches_ar": "output identical to ar (fraction of prompts)"}
+
+
+def strong_steps(results: pd.DataFrame) -> pd.Series | None:
+    """Steps that used the strong drafter: the scheduler's calls for treegraft, every step for
+    tree-strong (it drafts with the strong drafter and has no scheduler), the bench's count for the
+    assisted methods; the bench's strong_calls column counts scheduler calls only."""
+    if "strong_calls" not in results.columns:
+        return None
+    out = results["strong_calls"].astype(float).copy()
+    if "target_forwards" in results.columns:
+        every = results["method"].astype(str).str.partition(":")[0] == "tree-strong"
+        out[every] = results.loc[every, "target_forwards"].astype(float)
+    return out
 
 
 def read_bench_dir(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame | None]:
@@ -512,8 +711,12 @@ def read_bench_dir(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame | None]
 
 def bench_table(results: pd.DataFrame) -> pd.DataFrame:
     """Mean of each metric per category and method."""
+    results = results.copy()
+    steps = strong_steps(results)
+    if steps is not None:
+        results["strong_steps"] = steps
     cols = [c for c in BENCH_METRICS if c in results.columns]
-    return results.groupby(["category", "method"], as_index=False)[cols].mean(numeric_only=True)
+    return results.groupby(["category", "method"], as_index=False, sort=False)[cols].mean(numeric_only=True)
 
 
 def bench_figures(results: pd.DataFrame) -> list[go.Figure]:
@@ -524,7 +727,10 @@ def bench_figures(results: pd.DataFrame) -> list[go.Figure]:
             continue
         fig = go.Figure()
         for method, rows in table.groupby("method", sort=False):
-            fig.add_trace(go.Bar(x=rows["category"], y=rows[col], name=str(method), meta="points"))
+            fig.add_trace(go.Bar(x=rows["category"], y=rows[col], name=str(method), meta="points",
+                                 marker_color=colors.method_color(str(method))))
+        if col in ("speedup_vs_ar", "tau"):
+            fig.add_hline(y=1.0, line_dash="dot", line_color=colors.AR)
         fig.update_layout(title=f"{label} by category and method (mean over prompts)", barmode="group",
                           height=340, xaxis_title="category", yaxis_title=label,
                           meta={"kind": f"bench:{col}"}, margin=dict(t=50, b=40))

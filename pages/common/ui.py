@@ -35,6 +35,10 @@ EXAMPLES = {
     "translation": "Translate to French: The weather is nice today, so we will have lunch in the park.",
 }
 BASELINES = ("ar", "tree-weak", "tree-strong", "treegraft")
+APP_POLICY = "always"
+PREFILL_CHUNK = 256      # prompt tokens per prefill forward (a progress bar moves between chunks)
+LONG_PROMPT = 512        # from this many prompt tokens on, the prefill shows progress
+MAX_PROMPT_CHARS = 200_000
 
 
 # ---------------------------------------------------------------- errors
@@ -68,7 +72,10 @@ def defaults() -> dict:
             # Env overrides let tests and headless runs pin device/dtype without clicking.
             "device": os.environ.get("TREEGRAFT_DEVICE", "auto"),
             "dtype": os.environ.get("TREEGRAFT_DTYPE", "auto"),
-            "method": "treegraft", "policy": default_policy(), "every_k": 2,
+            # The app teaches: its default policy calls the strong drafter on every step, so its work
+            # (rescored, recovered, grafted nodes) is on screen from the first Step. The distilled
+            # scheduler (`learned`, the CLI's default) is one click away in the sidebar.
+            "method": "treegraft", "policy": APP_POLICY, "every_k": 2,
             "budget": 16, "depth": 6, "topk": 4, "max_new_tokens": 64,
             "temperature": 0.0, "top_p": 1.0, "seed": 0,
             "rescore_m": g.rescore_m, "recover_k": g.recover_k, "graft_g": g.graft_g, "graft_h": g.graft_h,
@@ -143,6 +150,18 @@ def settings_sidebar(page: str) -> dict:
     return settings()
 
 
+def validate(s: dict, prompt: str) -> GenConfig:
+    """Every check that needs no model: run before anything says "starting a new run"."""
+    cfg = make_config(s)
+    if not prompt or not prompt.strip():
+        raise ConfigError("the prompt is empty")
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise ConfigError(f"the prompt has {len(prompt):,} characters; the limit here is {MAX_PROMPT_CHARS:,}")
+    if any(not str(s[k]).strip() for k in ("target", "weak", "strong")):
+        raise ModelLoadError("a model field is empty; use 'default', a local path or a cached Hugging Face id")
+    return cfg
+
+
 def make_config(s: dict, **override) -> GenConfig:
     graft = GraftConfig(int(s["rescore_m"]), int(s["recover_k"]), int(s["graft_g"]), int(s["graft_h"]),
                         int(s["graft_k"]), float(s["blend"]))
@@ -194,8 +213,9 @@ class Run:
     prompt: str
     prompt_ids: list[int]
     engine: Engine
-    baselines: dict = field(default_factory=dict)   # method -> Engine, stepped to the same length
+    race: dict = field(default_factory=dict)        # method -> Engine, every method re-run interleaved
     serial: int = 0
+    prefill_s: float = 0.0                          # prompt prefill before step 0 (not in any step's time)
 
     @property
     def records(self) -> list[StepRecord]:
@@ -206,9 +226,15 @@ class Run:
         return decoder(self.trio.tokenizer)
 
     def runs(self) -> dict[str, list[StepRecord]]:
-        out = {self.cfg.method: self.records}
-        out.update({m: e.records for m, e in self.baselines.items() if e.records})
-        return out
+        """What the speed charts compare: the interleaved race once there is one (every method, the
+        current one re-run too, so all of them share the same moments of a shared CPU), else this run."""
+        if self.race:
+            return {m: e.records for m, e in self.race.items() if e.records}
+        return {self.cfg.method: self.records}
+
+    @property
+    def race_tokens(self) -> int:
+        return min((len(e.new_tokens) for e in self.race.values()), default=0)
 
     def trace(self) -> str:
         meta = {"prompt": self.prompt, "prompt_ids": self.prompt_ids, "names": self.trio.names,
@@ -225,18 +251,46 @@ def current_run() -> Run | None:
     return st.session_state.get("run")
 
 
+def prefill(engine: Engine, ids: list[int], runners=None, label: str = "") -> float:
+    """Feed the prompt (all but its last token, which each step feeds as the root) to the models
+    the method uses, in chunks, so a long prompt shows progress instead of one silent minute inside
+    step 0. Every run in the app is prefilled this way, so step times and speed comparisons never
+    include the prompt. Returns the seconds it took."""
+    import time
+    if len(ids) < 2:
+        return 0.0
+    method = engine.cfg.method
+    runners = runners or [engine.target] + ([engine.weak] if method in ("tree-weak", "treegraft") else []) \
+        + ([engine.strong] if method in ("tree-strong", "treegraft") else [])
+    total = (len(ids) - 1) * len(runners)
+    bar = st.progress(0.0, text=f"prefilling {len(ids) - 1} prompt tokens{label}") if len(ids) > LONG_PROMPT else None
+    t0, done = time.perf_counter(), 0
+    for r in runners:  # the target first: a feature drafter reads its hidden states
+        for end in range(PREFILL_CHUNK, len(ids) - 1 + PREFILL_CHUNK, PREFILL_CHUNK):
+            end = min(end, len(ids) - 1)
+            if end > r.n:
+                done += end - r.n
+                r.catch_up(ids[:end])
+                if bar:
+                    bar.progress(min(1.0, done / total),
+                                 text=f"prefilling the {r.name}: {end} of {len(ids) - 1} prompt tokens{label}")
+    if bar:
+        bar.empty()
+    return time.perf_counter() - t0
+
+
 def new_run(s: dict, prompt: str) -> Run:
     """Validate everything before loading anything heavy, then build and start the engine."""
-    cfg = make_config(s)
-    if not prompt or not prompt.strip():
-        raise ConfigError("the prompt is empty")
+    cfg = validate(s, prompt)
     trio = trio_for(s)
     ids = encode_prompt(trio.tokenizer, prompt, raw=False)
     engine = Engine(trio, cfg)
     engine.start(ids)
+    st.session_state.pop("run", None)  # never leave the previous run on screen once this one starts
+    spent = prefill(engine, ids)
     serial = st.session_state.get("run_serial", 0) + 1
     st.session_state["run_serial"] = serial
-    run = Run(run_key(s, prompt), trio, cfg, prompt, ids, engine, serial=serial)
+    run = Run(run_key(s, prompt), trio, cfg, prompt, ids, engine, serial=serial, prefill_s=spent)
     st.session_state["run"] = run
     return run
 
@@ -244,14 +298,26 @@ def new_run(s: dict, prompt: str) -> Run:
 def ensure_run(s: dict, prompt: str) -> Run:
     run = current_run()
     if run is None or run.key != run_key(s, prompt):
+        validate(s, prompt)  # a bad setting raises here: nothing is announced, nothing is kept
         if run is not None:
-            st.info("Settings or prompt changed: starting a new run.")
+            st.session_state.pop("run", None)
+            st.toast("Settings or prompt changed: started a new run.")
         run = new_run(s, prompt)
     return run
 
 
+def changed_settings(run: Run, s: dict, prompt: str) -> list[str]:
+    """Which settings differ from the ones the run was made with (for the stale-results banner)."""
+    old = dict(k for k in run.key[:-1])
+    out = [f"{k} {old.get(k)!r} -> {v!r}" for k, v in sorted(s.items()) if old.get(k) != v]
+    if run.key[-1] != prompt:
+        out.append("the prompt")
+    return out
+
+
 def step(run: Run, n: int = 1, live_baselines: bool = False) -> int:
-    """Up to n engine steps with a progress bar; returns how many ran."""
+    """Up to n engine steps with a progress bar; returns how many ran. With live_baselines, after
+    each step the interleaved race (every method) is brought to the same length."""
     bar = st.progress(0.0, text="stepping") if n > 1 else None
     done = 0
     for i in range(n):
@@ -259,31 +325,46 @@ def step(run: Run, n: int = 1, live_baselines: bool = False) -> int:
             break
         run.engine.step()
         done += 1
+        if live_baselines:
+            race(run)
         if bar:
             bar.progress((i + 1) / n, text=f"step {i + 1} of {n}")
     if bar:
         bar.empty()
-    if live_baselines and done:
-        catch_up_baselines(run)
     return done
 
 
-def catch_up_baselines(run: Run) -> None:
-    """Step every other method on the same prompt and settings until it has produced as many tokens
-    as the main run: real engine runs, timed by the engine like the main one."""
-    target = len(run.engine.new_tokens)
-    others = [m for m in BASELINES if m != run.cfg.method]
-    bar = st.progress(0.0, text="running baselines")
-    for j, m in enumerate(others):
-        eng = run.baselines.get(m)
-        if eng is None:
-            eng = Engine(run.trio, replace(run.cfg, method=m))
+def race(run: Run, tokens: int | None = None) -> None:
+    """Run every method (ar, tree-weak, tree-strong, treegraft; the current method re-run too) on
+    this prompt and settings to `tokens` tokens (default: as many as the main run has), interleaved
+    step by step: the method furthest behind always steps next, so all of them share the same
+    moments of a shared CPU, as the bench interleaves methods prompt by prompt. Greedy outputs equal
+    the main run's; times are measured like the main run's (prefill excluded)."""
+    tokens = len(run.engine.new_tokens) if tokens is None else tokens
+    methods = list(dict.fromkeys([*BASELINES, run.cfg.method]))
+    bar = st.progress(0.0, text="interleaved race")
+    for j, m in enumerate(methods):
+        if m not in run.race:
+            eng = Engine(run.trio, replace(run.cfg, method=m, record_stages=False))
             eng.start(run.prompt_ids)
-            run.baselines[m] = eng
-        while len(eng.new_tokens) < target and not eng.done:
-            eng.step()
-            bar.progress((j + min(1.0, len(eng.new_tokens) / max(1, target))) / len(others),
-                         text=f"{m}: {len(eng.new_tokens)} of {target} tokens")
+            prefill(eng, run.prompt_ids, label=f" for {m}")
+            run.race[m] = eng
+
+    def behind():
+        live = [(len(e.new_tokens) / max(1, tokens), m) for m, e in run.race.items()
+                if len(e.new_tokens) < tokens and not e.done]
+        return min(live)[1] if live else None
+
+    total = sum(max(0, tokens - len(e.new_tokens)) for e in run.race.values()) or 1
+    left = total
+    while (m := behind()) is not None:
+        eng = run.race[m]
+        before = len(eng.new_tokens)
+        eng.step()
+        left -= min(len(eng.new_tokens), tokens) - before
+        bar.progress(min(1.0, 1 - left / total),
+                     text="interleaved race: " + ", ".join(f"{k} {min(len(e.new_tokens), tokens)}/{tokens}"
+                                                           for k, e in run.race.items()))
     bar.empty()
 
 
@@ -293,21 +374,28 @@ def tokens_before(records: list[StepRecord], k: int) -> list[int]:
 
 def what_if(run: Run, k: int) -> dict[str, StepRecord]:
     """Rerun step k from the same prefix with the strong drafter forced on and forced off.
-    A fresh engine replays the accepted text as its prompt, so caches are rebuilt honestly; the
-    scheduler's history is not replayed (the policy is overridden anyway)."""
+
+    A fresh engine takes the prompt + the tokens accepted before step k as its prompt and is
+    prefilled outside the timed step (as the live run was), so each branch's time covers the same
+    work as a live step: target and weak drafter start from the prefix minus the root, exactly as
+    in the live run. What differs: the strong drafter starts fully caught up (live, it re-reads the
+    previous step's tokens, and after skipped steps every token it missed), and the scheduler's
+    history is not replayed (the policy is forced anyway)."""
     prefix = run.prompt_ids + tokens_before(run.records, k)
     out = {}
     for policy in ("always", "never"):
         eng = Engine(run.trio, replace(run.cfg, method="treegraft", policy=policy))
         eng.start(prefix)
+        prefill(eng, prefix)
         out[policy] = eng.step()
     return out
 
 
-def one_step_run(s: dict, prompt: str) -> Run:
-    """For pages opened before any step: a fresh TreeGraft run with one real step."""
+def one_step_run(s: dict, prompt: str, steps: int = 1) -> Run:
+    """For pages opened before any step: a fresh TreeGraft run with real steps. The settings stay
+    as the user set them, except the method (these pages explain TreeGraft)."""
     run = new_run(s | {"method": "treegraft"}, prompt)
-    step(run, 1)
+    step(run, steps)
     return run
 
 
@@ -323,6 +411,8 @@ def tree_help() -> str:
     return ("**Reading the tree.** The black square is the last accepted token; each column is one more "
             "token of draft. Colour and shape say who proposed a node: " +
             "; ".join(f"{label}" for label, _, _ in viz.PROVENANCE.values()) +
-            ". A thick outline marks a graft point. Grey, faded nodes were pruned by the budget. "
-            "Green rings: accepted by the target; red x: the best candidate the target rejected; gold star: "
-            "the bonus token the target adds itself. Hover a node for its log-probabilities and rank.")
+            ". A thick outline marks a graft point. Grey, faded nodes were pruned by the budget (a pruned "
+            "subtree is drawn as its top node). Green rings: accepted by the target, along the top row; red x: "
+            "the best candidate the target rejected; gold star: the bonus token the target adds itself. Token "
+            "text is printed on the best few nodes per column; hover any node for its token, log-probabilities "
+            "and rank.")
