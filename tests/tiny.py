@@ -7,6 +7,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from treegraft import eagle
+from treegraft.fastpath import pack_models
+from treegraft.lookup import NgramDrafter
 from treegraft.models import Trio
 
 # scripts/gpu_check.sh runs the suite with TREEGRAFT_TEST_DEVICE=cuda: same tests, GPU path.
@@ -41,12 +43,16 @@ def perturbed(model, scale: float, seed: int):
     return other
 
 
-def tiny_trio(weak="perturbed", strong="copy", vocab=96, seed=0, ctx=256, sharpen=8.0) -> Trio:
+def tiny_trio(weak="perturbed", strong="copy", vocab=96, seed=0, ctx=256, sharpen=8.0, kernels="stock") -> Trio:
     target = tiny_llama(seed, vocab=vocab, ctx=ctx, sharpen=sharpen)
     makers = {"copy": lambda s: copy.deepcopy(target),
               "perturbed": lambda s: perturbed(target, 0.5, s),
               "random": lambda s: tiny_llama(100 + s, vocab=vocab, hidden=16, layers=1, ctx=ctx),
               # reads the target's hidden states (treegraft.eagle); random weights, same logic
-              "features": lambda s: eagle.build(target, layers=1, seed=200 + s).to(DEVICE).eval()}
-    return Trio(target, makers[weak](1), makers[strong](2), None, DEVICE, torch.float32,
-                {"target": "tiny", "weak": weak, "strong": strong})
+              "features": lambda s: eagle.build(target, layers=1, seed=200 + s).to(DEVICE).eval(),
+              "ngram": lambda s: NgramDrafter(vocab, device=DEVICE)}  # prompt lookup, no weights
+    trio = Trio(target, makers[weak](1), makers[strong](2), None, DEVICE, torch.float32,
+                {"target": "tiny", "weak": weak, "strong": strong}, kernels=kernels)
+    if kernels == "packed":
+        pack_models([trio.target, trio.weak, trio.strong])
+    return trio

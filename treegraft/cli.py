@@ -14,15 +14,15 @@ import time
 import torch
 
 from .engine import METHODS, ConfigError, Engine
-from .models import ModelLoadError, load_trio
-from .options import add_model_args, add_tree_args, check_prompt, encode_prompt, gen_config
+from .models import ModelLoadError
+from .options import add_model_args, add_tree_args, check_prompt, encode_prompt, gen_config, trio_from_args
 from .record import dumps_trace
 
 
 def cmd_generate(a) -> int:
     cfg = gen_config(a, a.method)
     check_prompt(a.prompt)  # before any model loads
-    trio = load_trio(a.target, a.weak, a.strong, a.device, None if a.dtype == "auto" else a.dtype)
+    trio = trio_from_args(a)
     ids = encode_prompt(trio.tokenizer, a.prompt, a.raw)
     engine = Engine(trio, cfg)
     engine.start(ids)  # checks the prompt fits the context window before any work
@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Subcommands with their own parsers, imported on demand: they pull in pandas, tqdm and safetensors,
 # which `generate` does not need.
-DELEGATED = {"bench": "bench", "distill": "distill", "scheduler": "scheduler_train"}
+DELEGATED = {"bench": "bench", "distill": "distill", "scheduler": "scheduler_train", "profile": "profile"}
 
 
 def main(argv=None) -> int:

@@ -14,10 +14,14 @@ from .tree import ROOT, DraftTree
 
 
 def add_children(tree: DraftTree, parent: int, logp: torch.Tensor, k: int, origin: str, role: str) -> list[int]:
-    """Give `parent` its top-k children under this drafter's log-probs (existing children merge)."""
+    """Give `parent` its top-k children under this drafter's log-probs (existing children merge).
+    Tokens at the row's floor are no proposal (a prompt-lookup row puts every unseen token there)."""
     top = torch.topk(logp, k)
+    floor = float(logp.min())
     made = []
     for lp, tok in zip(top.values.tolist(), top.indices.tolist()):
+        if lp <= floor:
+            break
         i, created = tree.add(parent, tok, lp, origin, **{f"{role}_logp": lp})
         if created:
             made.append(i)

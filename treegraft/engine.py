@@ -11,7 +11,7 @@ import torch
 
 from .draft import draft_tree
 from .graft import GraftConfig, recover, reselect, rescore, graft
-from .kv import Runner
+from .kv import make_runner
 from .models import Trio, sync
 from .record import StepRecord
 from .schedule import History, Policy, features, make_policy
@@ -83,9 +83,9 @@ class Engine:
     def __init__(self, trio: Trio, cfg: GenConfig, policy: Policy | None = None):
         cfg.check()
         self.trio, self.cfg = trio, cfg
-        self.target = Runner(trio.target, "target")
-        self.weak = Runner(trio.weak, "weak", features_from=self.target)
-        self.strong = Runner(trio.strong, "strong", features_from=self.target)
+        self.target = make_runner(trio.target, "target")
+        self.weak = make_runner(trio.weak, "weak", features_from=self.target)
+        self.strong = make_runner(trio.strong, "strong", features_from=self.target)
         self.policy = policy or (make_policy(cfg.policy, cfg.every_k, cfg.scheduler_path)
                                  if cfg.method == "treegraft" else None)
         self.generator = torch.Generator().manual_seed(cfg.seed)

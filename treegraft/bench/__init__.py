@@ -26,8 +26,8 @@ from pathlib import Path
 import torch
 
 from ..engine import ConfigError
-from ..models import ModelLoadError, load_trio
-from ..options import add_model_args, add_tree_args, gen_config
+from ..models import ModelLoadError
+from ..options import add_model_args, add_tree_args, gen_config, trio_from_args
 from .methods import parse_methods
 from .prompts import SUITES, Prompt, PromptSetError, load_jsonl, load_suite
 from .run import finish, load_results, run_bench
@@ -91,7 +91,7 @@ def run_cli(a) -> int:
         torch.set_num_threads(a.threads)
     plan = parse_methods(a.methods, cfg.policy)  # bad method names fail before minutes of model loading
     prompts = load_suite(a.suite, a.limit) if a.suite else load_jsonl(a.prompts, a.limit)
-    trio = load_trio(a.target, a.weak, a.strong, a.device, None if a.dtype == "auto" else a.dtype)
+    trio = trio_from_args(a)
     meta = {"source": f"suite:{a.suite}" if a.suite else f"file:{a.prompts}", "limit": a.limit,
             "threads": torch.get_num_threads()}
     print(f"{len(prompts)} prompts x {len(plan)} methods -> {out} "

@@ -1,0 +1,85 @@
+"""The CPU fast path: prepacked fp32 Linear layers give the same logits (within float noise) and
+token-identical greedy decoding, drop the dense copy, and are chosen only where they can run."""
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from tiny import ids, tiny_trio
+from treegraft import fastpath
+from treegraft.engine import Engine, GenConfig
+
+pytestmark = pytest.mark.skipif(not fastpath.packing_available(), reason="this torch has no oneDNN")
+
+
+def test_packed_linear_matches_stock_and_drops_the_dense_weight():
+    torch.manual_seed(0)
+    lin = nn.Linear(64, 96)
+    x = torch.randn(1, 7, 64)
+    with torch.inference_mode():
+        ref = lin(x)
+        fastpath.pack_linear(lin)
+        out = lin(x)
+    assert out.shape == ref.shape and torch.allclose(out, ref, atol=1e-4)
+    assert lin.weight.numel() == 0 and lin.weight.dtype == torch.float32
+    with pytest.raises(RuntimeError, match="inference only"):
+        lin(x)  # grad mode: packed weights do not train
+
+
+def test_tied_weights_stay_dense_and_shared_linears_pack_once():
+    trio = tiny_trio("copy", "perturbed")
+    emb = trio.target.model.embed_tokens
+    trio.target.lm_head.weight = emb.weight           # tie, like SmolLM2
+    twin = nn.Linear(32, 64, bias=False)
+    other = nn.Linear(32, 64, bias=False)
+    other.weight = twin.weight                        # two Linears, one tensor
+    fastpath.pack_models([trio.target, trio.weak, twin, other])
+    assert emb.weight.numel() > 0 and trio.target.lm_head.treegraft_packed
+    assert twin.packed_weight is other.packed_weight
+
+
+@pytest.mark.parametrize("roles", [("perturbed", "copy"), ("random", "features"), ("ngram", "perturbed")])
+def test_packed_kernels_keep_greedy_token_identical(roles):
+    stock, packed = tiny_trio(*roles), tiny_trio(*roles, kernels="packed")
+    for prompt in ([5, 17, 33, 2, 9], [40, 41, 42, 43, 44]):
+        ref = stock.target.generate(ids(prompt), max_new_tokens=25, do_sample=False, min_new_tokens=0)
+        ref = ref[0, len(prompt):].tolist()
+        for method in ("ar", "tree-weak", "tree-strong", "treegraft"):
+            engine = Engine(packed, GenConfig(method=method, policy="always", max_new_tokens=25, budget=16, depth=5))
+            list(engine.generate(prompt))
+            assert engine.new_tokens == ref, method
+
+
+def test_kernel_choice_is_validated_and_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("TREEGRAFT_HOME", str(tmp_path))
+    cpu = torch.device("cpu")
+    with pytest.raises(ValueError, match="unknown kernels"):
+        fastpath.choose_kernels("fast", cpu, torch.float32, (64, 64))
+    with pytest.raises(ValueError, match="float32 only"):
+        fastpath.choose_kernels("packed", cpu, torch.bfloat16, (64, 64))
+    assert fastpath.choose_kernels("auto", cpu, torch.bfloat16, (64, 64)) == "stock"
+    choice = fastpath.choose_kernels("auto", cpu, torch.float32, (256, 128))
+    cached = json.loads((tmp_path / "kernels.json").read_text())
+    (entry,) = cached.values()
+    assert choice == entry["choice"] in ("stock", "packed") and entry["stock_s"] > 0 and entry["packed_s"] > 0
+    entry["choice"] = "stock" if choice == "packed" else "packed"   # a cached verdict is reused, not remeasured
+    (tmp_path / "kernels.json").write_text(json.dumps({k: entry for k in cached}))
+    assert fastpath.choose_kernels("auto", cpu, torch.float32, (256, 128)) == entry["choice"]
+
+
+def test_default_trio_packed_matches_stock_greedy(default_trio, chat_ids):
+    """The real default trio with the fast path on: every method token-identical to the target's
+    own greedy decoding (HF generate on the stock fp32 model)."""
+    from treegraft.models import load_trio
+    packed = load_trio(dtype="float32", kernels="packed")
+    assert packed.kernels == "packed"
+    for text in ["What is the capital of France?", "Write a Python function that reverses a string."]:
+        prompt = chat_ids(text)
+        ref = default_trio.target.generate(ids(prompt), max_new_tokens=20, do_sample=False, min_new_tokens=0)
+        ref = ref[0, len(prompt):].tolist()
+        for method in ("ar", "tree-weak", "treegraft"):
+            engine = Engine(packed, GenConfig(method=method, policy="always", max_new_tokens=20))
+            list(engine.generate(prompt))
+            assert engine.new_tokens == ref, (method, text)

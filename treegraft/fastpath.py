@@ -1,0 +1,152 @@
+"""The CPU fast path: fp32 Linear layers run on oneDNN-prepacked weights.
+
+Why: with stock ``nn.Linear`` in fp32 on CPU, a forward over 2-8 new tokens costs about 2x a one-token
+forward (a kernel-path switch in the BLAS, not arithmetic), so every tree verification and every
+batched drafter level pays twice. Weights reordered once into oneDNN's blocked layout give a flat
+cost curve for small q and a faster q=1 (FACTS.md). Logits move by ~1e-4 (argmax unchanged on the
+lossless tests, which run under both kernels).
+
+Kernels: ``stock`` (nn.Linear), ``packed`` (prepacked oneDNN), ``auto`` (packed on CPU in fp32 when a
+quick measurement on this machine says it is faster; the verdict is cached per machine in
+TREEGRAFT_HOME/kernels.json). On CUDA, and for bf16/fp16, ``auto`` means stock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+KERNELS = ("auto", "stock", "packed")
+
+
+def packing_available() -> bool:
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def _packed_forward(module: nn.Linear, packed: torch.Tensor, bias: torch.Tensor | None):
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != torch.float32 or x.device.type != "cpu" or torch.is_grad_enabled():
+            raise RuntimeError("a packed Linear runs fp32 CPU inference only; load with --kernels stock to train")
+        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    return forward
+
+
+def pack_linear(module: nn.Linear, keep_dense: bool = False, packed: torch.Tensor | None = None) -> torch.Tensor:
+    """Swap this Linear's forward for a prepacked one, in place: modules that hold a reference to it
+    (a drafter sharing the target's head) get the fast path too. The dense weight is dropped unless
+    it is shared with another module (a tied embedding), so memory does not double."""
+    if getattr(module, "treegraft_packed", False):
+        return module.packed_weight
+    w = module.weight.detach()
+    if packed is None:
+        packed = torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), 1)
+    bias = None if module.bias is None else module.bias.detach()
+    module.forward = _packed_forward(module, packed, bias)
+    module.treegraft_packed = True
+    module.packed_weight = packed
+    if not keep_dense:
+        # A zero-size stand-in keeps .weight.dtype/.device readable for code that asks.
+        module.weight = nn.Parameter(torch.empty(0, dtype=w.dtype, device=w.device), requires_grad=False)
+    return packed
+
+
+def pack_models(models: list[nn.Module]) -> int:
+    """Pack every Linear of these models once (shared modules are packed once). Returns the count."""
+    embedding_ptrs = {p.data_ptr() for m in models for mod in m.modules()
+                      if not isinstance(mod, nn.Linear) for p in mod.parameters(recurse=False)}
+    linears = {id(mod): mod for m in models for mod in m.modules() if isinstance(mod, nn.Linear)}
+    users: dict[int, int] = {}
+    for mod in linears.values():
+        users[mod.weight.data_ptr()] = users.get(mod.weight.data_ptr(), 0) + 1
+    by_weight: dict[int, torch.Tensor] = {}  # Linears sharing one weight share one packed copy
+    for mod in linears.values():
+        if getattr(mod, "treegraft_packed", False) or not mod.weight.numel():
+            continue
+        ptr = mod.weight.data_ptr()
+        users[ptr] -= 1
+        keep = ptr in embedding_ptrs or users[ptr] > 0
+        by_weight[ptr] = pack_linear(mod, keep_dense=keep, packed=by_weight.get(ptr))
+    return len(by_weight)
+
+
+# ---------------------------------------------------------------- choosing kernels
+
+def _cache_file() -> Path:
+    home = Path(os.environ.get("TREEGRAFT_HOME", Path.home() / ".cache" / "treegraft"))
+    return home / "kernels.json"
+
+
+def _machine_key(shape: tuple[int, int]) -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}|torch {torch.__version__}|threads {torch.get_num_threads()}|{shape[0]}x{shape[1]}"
+
+
+@torch.inference_mode()
+def measure_linear(out_f: int, in_f: int, qs=(1, 8), repeats: int = 5) -> dict[str, float]:
+    """Median seconds of stock vs packed for one Linear shape, summed over q, interleaved repeats."""
+    gen = torch.Generator().manual_seed(0)
+    lin = nn.Linear(in_f, out_f, bias=False)
+    lin.weight.data = torch.randn(out_f, in_f, generator=gen) * 0.02
+    packed = nn.Linear(in_f, out_f, bias=False)
+    packed.weight.data = lin.weight.data.clone()
+    pack_linear(packed)
+    xs = [torch.randn(1, q, in_f, generator=gen) for q in qs]
+    times = {"stock": [], "packed": []}
+    for _ in range(repeats):
+        for name, f in (("stock", lin), ("packed", packed)):
+            t = time.perf_counter()
+            for x in xs:
+                f(x)
+            times[name].append(time.perf_counter() - t)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def choose_kernels(kernels: str, device: torch.device, dtype: torch.dtype, shape: tuple[int, int]) -> str:
+    """Resolve ``auto`` for this device/dtype, measuring once per machine and Linear shape."""
+    if kernels not in KERNELS:
+        raise ValueError(f"unknown kernels {kernels!r}; choose one of {', '.join(KERNELS)}")
+    cpu_fp32 = device.type == "cpu" and dtype == torch.float32
+    if kernels == "packed" and not cpu_fp32:
+        raise ValueError("--kernels packed runs on CPU in float32 only; use stock (or auto) for "
+                         f"{device.type} {str(dtype).replace('torch.', '')}")
+    if kernels == "packed" and not packing_available():
+        raise ValueError("--kernels packed needs PyTorch built with oneDNN (mkldnn); this build has none")
+    if kernels != "auto":
+        return kernels
+    if not cpu_fp32 or not packing_available():
+        return "stock"
+    path, key = _cache_file(), _machine_key(shape)
+    try:
+        cached = json.loads(path.read_text())
+    except (OSError, ValueError):
+        cached = {}
+    if key not in cached:
+        t = measure_linear(*shape)
+        cached[key] = {"choice": "packed" if t["packed"] < t["stock"] else "stock",
+                       "stock_s": t["stock"], "packed_s": t["packed"]}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(cached, indent=2))
+        tmp.replace(path)
+    return cached[key]["choice"]
+
+
+def largest_linear(model: nn.Module) -> tuple[int, int]:
+    """(out, in) of the model's biggest Linear below the head: what dominates a forward's cost."""
+    shapes = [(m.out_features, m.in_features) for n, m in model.named_modules()
+              if isinstance(m, nn.Linear) and "lm_head" not in n]
+    return max(shapes, key=lambda s: s[0] * s[1]) if shapes else (1024, 1024)

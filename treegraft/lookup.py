@@ -1,0 +1,110 @@
+"""Prompt lookup as a tree drafter (``ngram``): zero model cost, usable as the weak or the strong role.
+
+For a context (the accepted sequence plus a node's tree path) it finds earlier occurrences of the
+context's last n tokens (n = max_n .. 1) and proposes the tokens that followed them. Several
+occurrences that continue differently become sibling branches. A token's score grows with the
+length of the n-gram it continues (a longer match is stronger evidence) and with how often it did;
+the mass given to all proposals grows with the longest match (1 - 2^-n), the rest is spread over the
+vocabulary as a flat floor. Tokens at the floor are "no opinion": draft.add_children never proposes
+them, and graft never rescores with a row that has no proposal at all.
+
+It plugs into the engine as a Runner whose "cache" is the token ids per slot: catch_up, forward_nodes,
+commit and restore work unchanged, and each query reads exactly the tokens its tree mask lets it see.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+from transformers import PretrainedConfig
+
+from .kv import Runner
+
+
+class NgramDrafter(nn.Module):
+    """Holds settings only; LookupRunner does the work (there are no weights)."""
+
+    needs_features = False
+
+    def __init__(self, vocab_size: int, eos_token_id=None, max_n: int = 4, min_n: int = 1,
+                 device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.config = PretrainedConfig(vocab_size=vocab_size, eos_token_id=eos_token_id)
+        self.max_n, self.min_n = max_n, min_n
+        # Runner reads device and dtype from the first parameter; this one holds nothing.
+        self.anchor = nn.Parameter(torch.empty(0, device=device, dtype=dtype), requires_grad=False)
+        self.runner_cls = LookupRunner
+        self.treegraft_label = f"ngram (prompt lookup, n={min_n}..{max_n})"
+
+
+def propose(ctx: np.ndarray, max_n: int, min_n: int = 1) -> tuple[dict[int, float], int]:
+    """Candidate next tokens for a context -> (score per token, longest matched n; 0 = none)."""
+    scores: dict[int, float] = {}
+    longest = 0
+    body = ctx[:-1]  # an occurrence must have a next token inside the context
+    for n in range(min(max_n, len(ctx) - 1), min_n - 1, -1):
+        windows = np.lib.stride_tricks.sliding_window_view(body, n)
+        hits = np.flatnonzero((windows == ctx[-n:]).all(axis=1))
+        if not len(hits):
+            continue
+        longest = max(longest, n)
+        for tok in ctx[hits + n].tolist():
+            scores[tok] = scores.get(tok, 0.0) + 4.0 ** n  # one longer match outweighs many shorter ones
+    return scores, longest
+
+
+def lookup_logp(ctx: np.ndarray, vocab: int, max_n: int, min_n: int = 1) -> torch.Tensor:
+    """Log-probabilities over the vocabulary for the token after ctx."""
+    scores, longest = propose(ctx, max_n, min_n)
+    if not scores:
+        return torch.full((vocab,), -float(np.log(vocab)))
+    mass = 1.0 - 0.5 ** longest
+    out = torch.full((vocab,), float(np.log((1.0 - mass) / max(1, vocab - len(scores)))))
+    total = sum(scores.values())
+    toks = torch.tensor(list(scores.keys()))
+    out[toks] = torch.log(torch.tensor(list(scores.values())) / total * mass)
+    return out
+
+
+class LookupRunner(Runner):
+    """A Runner whose cache holds token ids: a query sees the tokens of the slots its mask allows."""
+
+    def reset(self) -> None:
+        self.tokens: list[int] = []
+        self.n = 0
+        self.slot: dict[int, int] = {}
+        self.hidden = None
+
+    @property
+    def cache_len(self) -> int:
+        return len(self.tokens)
+
+    def _forward(self, ids, positions, mask, feats=None) -> torch.Tensor:
+        self.forwards += 1
+        start = len(self.tokens)
+        self.tokens += list(ids)
+        every = np.asarray(self.tokens, dtype=np.int64)
+        if mask is None:  # causal over the new tokens
+            visible = [np.arange(start + r + 1) for r in range(len(ids))]
+        else:
+            seen = (mask[0, 0] == 0).cpu().numpy()
+            visible = [np.flatnonzero(row) for row in seen]
+        m = self.model
+        rows = [lookup_logp(every[v], m.config.vocab_size, m.max_n, m.min_n) for v in visible]
+        return torch.stack(rows).to(self.device)
+
+    def commit(self, path: list[int]) -> None:
+        keep = list(range(self.n))
+        for i in path:
+            if i not in self.slot:
+                break
+            keep.append(self.slot[i])
+        self.tokens = [self.tokens[k] for k in keep]
+        self.n = len(keep)
+        self.slot = {}
+
+    def restore(self, n: int) -> None:
+        self.tokens = self.tokens[:n]
+        self.n = min(self.n, n)
+        self.slot = {}

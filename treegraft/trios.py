@@ -1,0 +1,36 @@
+"""Trios by name: (target, weak drafter, strong drafter), each a model spec that models.load_trio takes.
+
+  * ``smollm2``     SmolLM2-135M-Instruct + the drafters distilled here (assets/drafters/)
+  * ``qwen-coder``  Qwen2.5-Coder-1.5B-Instruct (target) + the prompt-lookup drafter (weak: zero model
+                    cost, the best cheap drafter this target has until a distilled one ships) +
+                    Qwen2.5-Coder-0.5B-Instruct (strong: a real LLM at ~0.35x the target's per-token cost)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import ModelLoadError
+
+
+@dataclass(frozen=True)
+class TrioSpec:
+    target: str
+    weak: str
+    strong: str
+    note: str
+
+
+TRIOS = {
+    "smollm2": TrioSpec("default", "default", "default",
+                        "SmolLM2-135M-Instruct with the weak and strong drafters distilled here"),
+    "qwen-coder": TrioSpec("qwen-coder-1.5b", "ngram", "qwen-coder-0.5b",
+                           "Qwen2.5-Coder-1.5B-Instruct; weak: prompt lookup (n-gram, zero model cost; "
+                           "the best cheap drafter this target has so far); strong: Qwen2.5-Coder-0.5B-Instruct"),
+}
+
+
+def trio_spec(name: str) -> TrioSpec:
+    if name not in TRIOS:
+        raise ModelLoadError(f"unknown trio {name!r}; choose one of {', '.join(TRIOS)}")
+    return TRIOS[name]
