@@ -14,7 +14,7 @@ from .graft import GraftConfig, recover, reselect, rescore, graft
 from .kv import make_runner
 from .models import Trio, sync
 from .record import StepRecord
-from .schedule import History, Policy, features, make_policy
+from .schedule import Decision, History, Policy, features, make_policy
 from .tree import DraftTree, select
 from .verify import accept_greedy, accept_sample, target_probs
 
@@ -128,6 +128,7 @@ class Engine:
         # Accepted tokens + bonus must fit the context window.
         depth = min(cfg.depth, self.trio.context_len - len(seq) - 1)
         rec = StepRecord(len(self.records), cfg.method, seq[-1], len(seq) - 1)
+        decision = None  # the scheduler's Decision (treegraft only); the record keeps it as a dict
         if self.target.keep_features and self.target.n < len(seq) - 1 and cfg.method != "ar":
             self.target.catch_up(seq[:-1])  # a feature drafter reads the prompt's target features
             clock.lap("prefill")
@@ -139,19 +140,19 @@ class Engine:
             clock.lap(f"draft_{drafter.name}")
             self.snap(rec, "weak pool" if drafter is self.weak else "strong pool", tree)
             if cfg.method == "treegraft":
-                rec.decision = self.decide(tree, depth, clock)
-                if rec.decision.call and cfg.policy == "oracle":
-                    return self.oracle_step(rec, tree, depth, clock, fw0)
-                if rec.decision.call:
+                decision = self.decide(tree, depth, clock)
+                if decision.call and cfg.policy == "oracle":
+                    return self.oracle_step(rec, decision, tree, depth, clock, fw0)
+                if decision.call:
                     self.refine(tree, depth, rec, clock)
             selected = select(tree, cfg.budget, depth)
             self.snap(rec, "selected", tree)
         logits = self.target.catch_up(seq, selected, tree)
         clock.lap("verify")
         path, bonus = self.accept(tree, selected, logits)
-        return self.finish(rec, tree, selected, path, bonus, clock, fw0)
+        return self.finish(rec, decision, tree, selected, path, bonus, clock, fw0)
 
-    def decide(self, tree: DraftTree, depth: int, clock: Clock):
+    def decide(self, tree: DraftTree, depth: int, clock: Clock) -> Decision:
         feats = features(tree, self.history, depth)
         decision = self.policy.decide(feats, len(self.records))
         clock.lap("schedule")
@@ -178,7 +179,7 @@ class Engine:
         probs = target_probs(logits, self.cfg.temperature, self.cfg.top_p)
         return accept_sample(tree, selected, probs, self.generator)
 
-    def finish(self, rec, tree, selected, path, bonus, clock, fw0) -> StepRecord:
+    def finish(self, rec, decision, tree, selected, path, bonus, clock, fw0) -> StepRecord:
         for r in (self.target, self.weak, self.strong):
             r.commit(path)
         for i in path:
@@ -193,8 +194,7 @@ class Engine:
         rec.forwards = {r.name: r.forwards - fw0[r.name] for r in (self.target, self.weak, self.strong)}
         if self.trio.tokenizer is not None:
             rec.text = self.trio.tokenizer.decode(new)
-        if rec.decision is not None:
-            rec.decision = rec.decision.to_dict()
+        rec.decision = decision.to_dict() if decision is not None else None
         self.history.accept_lens.append(rec.accept_len)
         self.history.strong_calls.append(rec.strong_called)
         self.history.position = len(self.new_tokens)
@@ -215,51 +215,63 @@ class Engine:
             rec.stages.append({"name": name, "nodes": tree.snapshot()})
 
     # ---------------------------------------------------------------- the oracle (upper bound)
-    def oracle_step(self, rec, tree, depth, clock, fw0) -> StepRecord:
-        """The value system's exact answer for this state: run the step without and with the strong
+    def oracle_step(self, rec, decision, tree, depth, clock, fw0) -> StepRecord:
+        """The exact answer for this state: run the step without and with the strong
         drafter from the same state (same weak pool, same caches, same random stream) and keep the
         branch with more tokens per second. What it paid beyond the kept branch is reported in
         decision['oracle']['extra_s'] so the upper bound can be quoted net of it."""
-        seq, mark, weak_s = self.seq, self.target.mark(), clock.times.get("draft_weak", 0.0)
-        gen_state = self.generator.get_state()
-        plain = copy.deepcopy(tree)
-        sel0 = select(plain, self.cfg.budget, depth)
-        path0, bonus0 = self.accept(plain, sel0, self.target.catch_up(seq, sel0, plain))
-        verify0 = clock.lap("verify")
-        self.target.restore(mark)
-        state0 = self.generator.get_state()
-        self.generator.set_state(gen_state)
+        mark, before, weak_s = self.target.mark(), self.generator.get_state(), clock.times.get("draft_weak", 0.0)
+        plain = self.run_branch(copy.deepcopy(tree), depth, clock)
+        self.rewind(mark, before)
         strong_fw = self.strong.forwards
         self.refine(tree, depth, rec, clock)
         refine_s = sum(rec.stage_times.values())
         strong_fw = self.strong.forwards - strong_fw
-        sel1 = select(tree, self.cfg.budget, depth)
-        self.snap(rec, "selected", tree)
-        path1, bonus1 = self.accept(tree, sel1, self.target.catch_up(seq, sel1, tree))
-        verify1 = clock.lap("verify")
-        a0, a1 = len(path0) + 1, len(path1) + 1
-        c0, c1 = weak_s + verify0, weak_s + refine_s + verify1
+        strong = self.run_branch(tree, depth, clock, rec)
+        a0, a1 = len(plain.path) + 1, len(strong.path) + 1
+        c0, c1 = weak_s + plain.verify_s, weak_s + refine_s + strong.verify_s
         use_strong = a1 / c1 > a0 / c0
-        rec.decision.call = use_strong
-        rec.decision.oracle = {"a0": a0, "c0": c0, "a1": a1, "c1": c1, "delta": a1 / c1 - a0 / c0,
-                               "call": use_strong, "n0": len(sel0), "n1": len(sel1), "weak_s": weak_s,
-                               "verify0_s": verify0, "verify1_s": verify1, "refine_s": refine_s,
-                               "strong_forwards": strong_fw}
-        rec.decision.reason = (f"oracle: with strong {a1} tokens / {c1 * 1e3:.1f} ms vs without {a0} / "
-                               f"{c0 * 1e3:.1f} ms -> {'call' if use_strong else 'skip'}")
-        if use_strong:
-            tree, sel, path, bonus = tree, sel1, path1, bonus1
-        else:
+        decision.call = use_strong
+        decision.oracle = {"a0": a0, "c0": c0, "a1": a1, "c1": c1, "delta": a1 / c1 - a0 / c0,
+                           "call": use_strong, "n0": len(plain.selected), "n1": len(strong.selected),
+                           "weak_s": weak_s, "verify0_s": plain.verify_s, "verify1_s": strong.verify_s,
+                           "refine_s": refine_s, "strong_forwards": strong_fw}
+        decision.reason = (f"oracle: with strong {a1} tokens / {c1 * 1e3:.1f} ms vs without {a0} / "
+                           f"{c0 * 1e3:.1f} ms -> {'call' if use_strong else 'skip'}")
+        kept = strong if use_strong else plain
+        if not use_strong:
             # The target's cache holds the strong branch: redo the kept branch's forward.
-            self.target.restore(mark)
+            self.rewind(mark, plain.rng_after)
             self.strong.commit([])
-            self.target.catch_up(seq, sel0, plain)
-            self.generator.set_state(state0)
-            tree, sel, path, bonus = plain, sel0, path0, bonus0
+            self.target.catch_up(self.seq, plain.selected, plain.tree)
             rec.strong_called = False
             rec.stages = [s for s in rec.stages if s["name"] == "weak pool"]
-            self.snap(rec, "selected", tree)
+            self.snap(rec, "selected", plain.tree)
             clock.lap("verify")
-        out = self.finish(rec, tree, sel, path, bonus, clock, fw0)
+        out = self.finish(rec, decision, kept.tree, kept.selected, kept.path, kept.bonus, clock, fw0)
         out.decision["oracle"]["extra_s"] = max(0.0, out.wall_s - (c1 if use_strong else c0))
         return out
+
+    def run_branch(self, tree: DraftTree, depth: int, clock: Clock, rec: StepRecord | None = None) -> "Branch":
+        """Select, verify and accept on `tree` from the current state (the oracle plays two)."""
+        selected = select(tree, self.cfg.budget, depth)
+        if rec is not None:
+            self.snap(rec, "selected", tree)
+        path, bonus = self.accept(tree, selected, self.target.catch_up(self.seq, selected, tree))
+        return Branch(tree, selected, path, bonus, clock.lap("verify"), self.generator.get_state())
+
+    def rewind(self, mark, rng_state) -> None:
+        """Back to a state before verification: the target's cache and the random stream."""
+        self.target.restore(mark)
+        self.generator.set_state(rng_state)
+
+
+@dataclass
+class Branch:
+    """One way of playing a step, verified but not committed."""
+    tree: DraftTree
+    selected: list[int]
+    path: list[int]
+    bonus: int
+    verify_s: float
+    rng_after: torch.Tensor  # the random stream after its acceptance

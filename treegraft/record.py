@@ -22,7 +22,7 @@ class StepRecord:
     times: dict = field(default_factory=dict)          # seconds per phase
     forwards: dict = field(default_factory=dict)       # model calls this step, per model
     strong_called: bool = False
-    decision: dict | None = None                       # the scheduler's features, score, verdict
+    decision: dict | None = None                       # schedule.Decision.to_dict(): features, score, verdict
     stages: list[dict] = field(default_factory=list)   # [{name, nodes: [...]}] for stage replay
     stage_times: dict = field(default_factory=dict)    # seconds per refinement stage
     text: str = ""                                     # decoded new_tokens, when a tokenizer is known
