@@ -162,7 +162,8 @@ def tree_section(run: ui.Run):
         st.markdown(viz.strong_changes(rec))
     elif rec.decision:
         st.caption(f"Scheduler: {rec.decision.get('reason', '')}")
-    with st.expander(f"Nodes at stage '{stage}' (table)"):
+    # A toggle, not an expander: a collapsed expander still builds and ships the table on every Step.
+    if st.toggle(f"Show the nodes at stage '{stage}' as a table", key="node_table"):
         st.dataframe(viz.nodes_table(rec, stage, run.decode), hide_index=True)
     return rec, stage, fig
 
@@ -188,15 +189,8 @@ def charts(run: ui.Run) -> list:
     st.subheader("Live charts")
     runs = run.runs()
     raced = bool(run.race)
-    label = (f"interleaved race, all methods to {run.race_tokens} tokens" if raced else "this run only")
-    figs = [viz.accept_figure(run.records),
-            viz.throughput_figure(runs, title=f"Tokens vs measured wall time ({label})"),
-            viz.speedup_figure(runs, title=f"Running speedup vs ar, wall time ({label})"),
-            viz.speed_modes_figure(runs)]
-    c = st.columns(2)
-    for i, (fig, key) in enumerate(zip(figs, ("accept_chart", "throughput_chart", "speedup_chart", "speed_modes_chart"))):
-        with c[i % 2]:
-            st.plotly_chart(fig, key=key)
+    figs = [viz.accept_figure(run.records)]
+    st.plotly_chart(figs[0], key="accept_chart")
     behind = raced and run.race_tokens < len(run.engine.new_tokens)
     c = st.columns([1, 3])
     if c[0].button("Compare with baselines" if not raced else "Bring the comparison up to date",
@@ -206,11 +200,25 @@ def charts(run: ui.Run) -> list:
         with ui.guard("run the baselines"):
             ui.race(run)
             st.rerun()
+    if not raced:
+        # The speed charts appear once there is something to compare: a page that draws three charts of
+        # one line each on every Step only makes each Step slower to render.
+        c[1].caption("Speed charts (tokens vs wall time, running speedup vs ar, speedup three ways) appear once the "
+                     "methods have been compared on this prompt. Tick **Compare live** to keep them in step.")
+        st.markdown(SPEED_NOTE)
+        return figs
     if behind:
         c[1].caption(f"The comparison covers the first {run.race_tokens} tokens; the run has "
                      f"{len(run.engine.new_tokens)}. Tick **Compare live** to keep it in step.")
-    if raced:
-        st.dataframe(viz.speed_table(runs).round(3), hide_index=True)
+    label = f"interleaved race, all methods to {run.race_tokens} tokens"
+    figs += [viz.throughput_figure(runs, title=f"Tokens vs measured wall time ({label})"),
+             viz.speedup_figure(runs, title=f"Running speedup vs ar, wall time ({label})"),
+             viz.speed_modes_figure(runs)]
+    cols = st.columns(3)
+    for col, fig, key in zip(cols, figs[1:], ("throughput_chart", "speedup_chart", "speed_modes_chart")):
+        with col:
+            st.plotly_chart(fig, key=key)
+    st.dataframe(viz.speed_table(runs).round(3), hide_index=True)
     st.markdown(SPEED_NOTE)
     return figs
 

@@ -13,8 +13,8 @@ import networkx as nx
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from treegraft import viz
-from treegraft.record import StepRecord, loads_trace
+from treegraft import colors, viz
+from treegraft.record import StepRecord, loads_trace, provenance_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
@@ -64,7 +64,15 @@ def test_step_draws_the_selected_tree_and_the_stage_slider_replays_it():
     tree = figures(at)["tree"][0]
     assert tree["layout"]["meta"]["stage"] == "verified"
     assert viz.count_points(tree, "tree") == len(rec.selected) > 0
-    assert viz.count_points(tree, "pruned") == len(rec.nodes) - len(rec.selected)
+    # Pruned candidates: each pruned subtree drawn as its top node, the rest counted in its hover.
+    meta = tree["layout"]["meta"]
+    assert viz.count_points(tree, "pruned") == meta["pruned_nodes"] > 0
+    assert meta["pruned_nodes"] + meta["pruned_collapsed"] == len(rec.nodes) - len(rec.selected)
+    # The default demo shows the strong drafter at work from the first step (policy always).
+    assert rec.strong_called and at.session_state["run"].cfg.policy == "always"
+    strong_labels = {viz.PROVENANCE[k][0] for k in ("rescored", "graft", "recovered")}
+    assert any(t.get("meta") == "tree" and t["name"] in strong_labels and t["x"] for t in tree["data"])
+    assert any(m.value.startswith("Strong drafter: rescored") for m in at.markdown)
 
     stage = at.select_slider[0]
     assert list(stage.options) == [s["name"] for s in rec.stages]
@@ -82,7 +90,10 @@ def test_step_draws_the_selected_tree_and_the_stage_slider_replays_it():
     assert len(recs) == 2 and charts["tree"][0]["layout"]["meta"]["step"] == 1
     assert viz.count_points(charts["tree"][0], "tree") == len(recs[-1].selected)
     assert viz.count_points(charts["accept"][0], "points") == 2
-    assert viz.count_points(charts["throughput"][0], "points") == 2
+    # Tokens per step stacked by provenance: the stack adds up to each step's tokens.
+    stack = [t for t in charts["accept"][0]["data"] if t.get("meta") == "stack"]
+    assert [sum(t["y"][i] for t in stack) for i in range(2)] == [r.accept_len for r in recs]
+    assert "throughput" not in charts  # speed charts wait for a comparison
     # Exports: the trace reloads as the same steps, the GraphML as the same tree.
     run = at.session_state["run"]
     meta, steps = loads_trace(run.trace())
@@ -90,7 +101,26 @@ def test_step_draws_the_selected_tree_and_the_stage_slider_replays_it():
     graph = nx.parse_graphml(viz.tree_graphml(recs[-1], "verified", run.decode))
     assert graph.number_of_nodes() == len(recs[-1].nodes) + 1  # + the root
     shaded = next(m.value for m in at.markdown if "pre-wrap" in m.value)  # the generated text
-    assert all(f"step {r.step}: {r.accept_len} tokens" in shaded for r in recs)
+    assert all(f"step {r.step}: {viz.plural(r.accept_len, 'token')}" in shaded for r in recs)
+    assert any("tokens with the chat template" in c.value for c in at.caption)  # the prompt's token count
+
+    # Compare: every method re-run, interleaved, to the same length; one colour per method.
+    at.button(key="baselines").click().run()
+    clean(at)
+    run = at.session_state["run"]
+    assert set(run.race) == {"ar", "tree-weak", "tree-strong", "treegraft"}
+    tokens = len(run.engine.new_tokens)
+    assert all(len(e.new_tokens) >= tokens or e.done for e in run.race.values())
+    assert run.race["treegraft"].new_tokens[:tokens] == run.engine.new_tokens  # greedy: the same text
+    charts = figures(at)
+    for kind in ("throughput", "speedup", "speed_modes"):
+        for t in charts[kind][0]["data"]:
+            if t.get("meta") == "points":
+                assert t["marker"]["color"] == colors.method_color(t["name"]), (kind, t["name"])
+    modes = {t["name"]: t["y"] for t in charts["speed_modes"][0]["data"] if t.get("meta") == "points"}
+    table = viz.speed_table(run.runs()).set_index("method")
+    assert modes["treegraft"][1] == pytest.approx(table.loc["treegraft", "tau (tokens/forward)"])
+    assert any("Why wall times move" in m.value for m in at.markdown)
 
     # The other pages read the same run.
     at.switch_page("pages/1_Scheduler.py").run()
@@ -102,6 +132,8 @@ def test_step_draws_the_selected_tree_and_the_stage_slider_replays_it():
     clean(at)
     trees = figures(at)["tree"]
     assert len(trees) == 2  # with and without the strong drafter, side by side
+    # Greedy: the branch deciding as the live step did reproduces its tokens, and the page says what differs.
+    assert any("produced the same tokens" in c.value for c in at.caption)
     for t in trees:
         assert viz.count_points(t, "tree") == t["layout"]["meta"]["tree_nodes"] > 0
     assert "with the strong drafter" in trees[0]["layout"]["title"]["text"]
@@ -170,6 +202,7 @@ def test_how_it_works_runs_its_own_step():
     ("number_input", "w_budget", 10000, "budget must be an integer in [1, 512], got 10000"),
     ("number_input", "w_depth", 0, "depth must be an integer in [1, 32]"),
     ("number_input", "w_top_p", 0.0, "top_p must be in (0, 1]"),
+    ("number_input", "w_temperature", -1.0, "temperature must be in [0, 100]"),
 ])
 def test_bad_input_shows_a_specific_error(widget, key, value, message):
     at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
@@ -191,16 +224,23 @@ def test_benchmarks_page_opens_a_results_directory(tmp_path):
     rows = ["prompt_id,category,method,new_tokens,target_forwards,tau,wall_s,tokens_per_s,speedup_vs_ar,"
             "strong_calls,mean_tree_size"]
     for i, cat in enumerate(("coding", "math")):
-        for m, tps in (("ar", 20.0), ("tree-weak", 24.0), ("treegraft", 27.0)):
+        for m, tps in (("ar", 20.0), ("tree-weak", 24.0), ("tree-strong", 22.0), ("treegraft:learned", 27.0)):
             rows.append(f"p{i},{cat},{m},32,{16 if m != 'ar' else 32},{2.0 if m != 'ar' else 1.0},1.5,{tps},"
-                        f"{tps / 20.0},{3 if m == 'treegraft' else 0},{16 if m != 'ar' else 0}")
+                        f"{tps / 20.0},{3 if m.startswith('treegraft') else 0},{16 if m != 'ar' else 0}")
     (tmp_path / "results.csv").write_text("\n".join(rows) + "\n")
     at.text_input(key="bench_dir").set_value(str(tmp_path)).run()
     clean(at)
-    charts = [c for k, v in figures(at).items() if k.startswith("bench:") for c in v]
-    assert len(charts) == 5  # every metric present in the file (matches_ar is not)
+    by_kind = figures(at)
+    charts = [c for k, v in by_kind.items() if k.startswith("bench:") for c in v]
+    assert len(charts) == 5  # every metric present in the file (matches_ar, strong_forwards are not)
     for c in charts:
-        assert viz.count_points(c, "points") == 6  # 2 categories x 3 methods
+        assert viz.count_points(c, "points") == 8  # 2 categories x 4 methods
+        for t in c["data"]:  # one colour per method, the same as on the main page
+            if t.get("meta") == "points":
+                assert t["marker"]["color"] == colors.method_color(t["name"])
+    # tree-strong drafts every step with the strong drafter: its steps count, not the scheduler's 0 calls.
+    steps = {t["name"]: t["y"] for t in by_kind["bench:strong_steps"][0]["data"]}
+    assert steps["tree-strong"] == [16, 16] and steps["treegraft:learned"] == [3, 3] and steps["ar"] == [0, 0]
     (tmp_path / "results.csv").write_text("not,a\n\"broken")
     at.text_input(key="bench_dir").set_value(str(tmp_path) + "/").run()
     assert not at.exception and at.error
@@ -247,3 +287,71 @@ def test_viz_alone_on_a_hand_built_record():
     assert all(pos[n["id"]][0] == n["depth"] for n in nodes) and pos["root"][0] == 0
     assert pos[0][1] < pos[1][1]  # the more likely branch is drawn on top
     assert "<graphml" in viz.tree_graphml(rec) and len(viz.nodes_table(rec)) == 4
+
+
+def test_a_cut_step_counts_its_tokens_right_and_a_long_prompt_prefills_outside_the_step():
+    """max_new_tokens = 1: whatever the target accepted, one token comes out, and the page says so
+    ("... + 0 bonus = 1 token" or "0 accepted + 1 bonus = 1 token"), never "1 tokens"."""
+    at = fresh(max_new_tokens=1)
+    long = " ".join(["The river runs past the old mill and under the stone bridge."] * 45) + " Summarize."
+    at.text_area(key="prompt").set_value(long).run()
+    at.button(key="step").click().run()
+    clean(at)
+    run = at.session_state["run"]
+    rec = run.records[-1]
+    assert len(rec.new_tokens) == 1 and run.engine.done
+    assert len(run.prompt_ids) > 512 and run.prefill_s > 0 and "prefill" not in rec.times  # prefilled outside
+    verdict = next(m.value for m in at.markdown if m.value.startswith("Step 0:"))
+    p = provenance_summary(rec)
+    assert p["accepted_kept"] + p["bonus"] == 1
+    assert viz.token_arithmetic(rec) in verdict and "= 1 token " in verdict + " "
+    assert not any("1 tokens" in m.value for m in at.markdown)
+    at.button(key="step").click().run()  # a finished run says so instead of stepping
+    assert not at.exception and any("finished" in i.value for i in at.info)
+
+
+def test_token_arithmetic_of_hand_built_cut_steps():
+    rec = StepRecord(step=0, method="treegraft", root_token=1, root_pos=3, accepted=[0, 1, 2], bonus=9,
+                     new_tokens=[5])
+    assert viz.token_arithmetic(rec).startswith("1 of 3 accepted kept + 0 bonus = 1 token (cut")
+    rec.new_tokens = [5, 6, 7, 9]
+    assert viz.token_arithmetic(rec) == "3 accepted + 1 bonus = 4 tokens"
+    rec.accepted, rec.new_tokens = [], [9]
+    assert viz.token_arithmetic(rec) == "0 accepted + 1 bonus = 1 token"
+
+
+def test_invalid_setting_hides_the_run_and_a_changed_one_greys_it():
+    at = fresh(max_new_tokens=4)
+    at.button(key="step").click().run()
+    clean(at)
+    assert "tree" in figures(at)
+    at.number_input(key="w_budget").set_value(0).run()  # invalid: error at once, no stale tree, no "new run"
+    assert not at.exception
+    assert any("budget must be an integer in [1, 512], got 0" in e.value for e in at.error)
+    assert not figures(at) and not any("starting a new run" in str(i.value) for i in at.info)
+    at.button(key="step").click().run()  # stepping with it changes nothing
+    assert "tree" not in figures(at) and len(at.session_state["run"].records) == 1
+    at.number_input(key="w_budget").set_value(8).run()  # valid but different: the old run is marked stale
+    clean(at)
+    assert "tree" in figures(at)
+    assert any("belong to the previous settings" in w.value and "budget 16 -> 8" in w.value for w in at.warning)
+    at.button(key="step").click().run()  # a new run with the new settings
+    clean(at)
+    run = at.session_state["run"]
+    assert run.cfg.budget == 8 and len(run.records) == 1
+    assert not any("previous settings" in w.value for w in at.warning)
+
+
+def test_banner_when_the_scheduler_never_calls_the_strong_drafter_and_a_hot_temperature_warns():
+    at = fresh(max_new_tokens=8)
+    at.selectbox(key="w_policy").set_value("never").run()
+    at.number_input(key="n_steps").set_value(3).run()
+    at.button(key="run_n").click().run()
+    clean(at)
+    recs = at.session_state["run"].records
+    assert len(recs) >= 3 and not any(r.strong_called for r in recs)
+    assert any(f"Strong drafter not called in {len(recs)} steps" in w.value for w in at.warning)
+    at.button(key="use_always").click().run()
+    assert at.selectbox(key="w_policy").value == "always" and at.session_state["settings"]["policy"] == "always"
+    at.number_input(key="w_temperature").set_value(5.0).run()
+    assert any("above 2" in w.value for w in at.warning)

@@ -727,7 +727,9 @@ def bench_figures(results: pd.DataFrame) -> list[go.Figure]:
             continue
         fig = go.Figure()
         for method, rows in table.groupby("method", sort=False):
-            fig.add_trace(go.Bar(x=rows["category"], y=rows[col], name=str(method), meta="points",
+            # Plain lists: plotly would ship typed arrays, which tests and the browser read badly.
+            fig.add_trace(go.Bar(x=rows["category"].tolist(), y=rows[col].astype(float).tolist(), name=str(method),
+                                 meta="points",
                                  marker_color=colors.method_color(str(method))))
         if col in ("speedup_vs_ar", "tau"):
             fig.add_hline(y=1.0, line_dash="dot", line_color=colors.AR)
