@@ -20,6 +20,7 @@ deciding) is treegraft.schedule.LearnedPolicy."""
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -208,9 +209,18 @@ def cmd_compare(a) -> int:
     cfg = gen_config(a, "treegraft")
     prompts = held_prompts(a.per_suite, a.offset, a.suites)
     meta = {"source": f"scheduler compare: {a.suites}, {a.per_suite} per suite from offset {a.offset}"}
-    df = run_bench(trio, prompts, a.methods, cfg, a.out, meta=meta, bar=True)
+    out = Path(a.out) if a.out else default_out(a)
+    df = run_bench(trio, prompts, a.methods, cfg, out, meta=meta, bar=True)
     print(compare_table(df))
+    print(f"rows, summary and report.html: {out}", file=sys.stderr)
     return 0
+
+
+def default_out(a) -> Path:
+    """One bench directory per distinct comparison: the same command resumes, another never collides."""
+    settings = {k: v for k, v in sorted(vars(a).items()) if k not in ("func", "out")}
+    digest = hashlib.sha1(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    return Path("runs/scheduler/compare") / digest
 
 
 def compare_table(df) -> str:
@@ -247,8 +257,9 @@ def main(argv=None) -> int:
             s.add_argument("--methods", default="treegraft:never,treegraft:always,treegraft:learned,"
                                                 "treegraft:oracle,tree-weak,tree-strong",
                            help="bench method specs, e.g. treegraft:always[graft_g=0,blend=0] (an ablation)")
-            s.add_argument("--out", default="runs/scheduler/compare",
-                           help="bench run directory (results.csv, report.html); the same command resumes")
+            s.add_argument("--out", default=None,
+                           help="bench run directory (results.csv, report.html; default: one per distinct "
+                                "comparison under runs/scheduler/compare/); the same command resumes")
     t = sub.add_parser("train")
     t.add_argument("--data", default="runs/scheduler/collect.jsonl")
     t.add_argument("--out", default=str(DEFAULT_SCHEDULER.parent))
