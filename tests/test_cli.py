@@ -86,3 +86,13 @@ def test_generate_json_contract(capsys):
     assert row["new_tokens"] == len(row["token_ids"]) <= 12
     assert row["tau"] == pytest.approx(row["new_tokens"] / row["target_forwards"])
     assert row["text"]
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["bench", "--suite", "nq", "--methods", "ar,treegraft:always[blend=2]"], "blend must be in [0, 1]"),
+    (["scheduler", "compare", "--methods", "tree-weak,treegraft[graft_q=1]"], "unknown TreeGraft knob 'graft_q'"),
+])
+def test_bad_method_specs_exit_2_before_loading_models(capsys, argv, message):
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and "Traceback" not in err

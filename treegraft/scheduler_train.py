@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .bench.methods import parse_methods
 from .bench.prompts import SUITES, load_suite
 from .bench.run import run_bench
 from .engine import Engine
@@ -205,9 +206,10 @@ def cmd_train(a) -> int:
 
 def cmd_compare(a) -> int:
     """The benchmark runner on held-out prompts (resumable in --out), then one table over all prompts."""
-    trio = trio_from_args(a)
     cfg = gen_config(a, "treegraft")
+    parse_methods(a.methods, cfg.policy)  # a bad method spec fails before any model loads
     prompts = held_prompts(a.per_suite, a.offset, a.suites)
+    trio = trio_from_args(a)
     meta = {"source": f"scheduler compare: {a.suites}, {a.per_suite} per suite from offset {a.offset}"}
     out = Path(a.out) if a.out else default_out(a)
     df = run_bench(trio, prompts, a.methods, cfg, out, meta=meta, bar=True)
