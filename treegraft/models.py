@@ -143,8 +143,10 @@ def _resolve(spec: str, dtype: torch.dtype = torch.float32) -> tuple[str, str | 
 def load_model(spec: str, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
     where, gguf = _resolve(spec, dtype)
     try:
+        # disable_mmap: a memory-mapped file stays mapped while any tensor of it lives, so weights the
+        # CPU fast path repacks (and drops) would stay resident twice; read into memory they are freed.
         model = AutoModelForCausalLM.from_pretrained(
-            where, gguf_file=gguf, dtype=dtype, trust_remote_code=False,
+            where, gguf_file=gguf, dtype=dtype, trust_remote_code=False, disable_mmap=True,
             use_safetensors=None if gguf else True)
     except (OSError, ValueError, EnvironmentError) as e:
         raise ModelLoadError(
