@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--suite", help=f"one of {', '.join(SUITES)}, or all")
     src.add_argument("--prompts", help="a JSONL file: id, category, prompt (or turns)")
     p.add_argument("--methods", default=DEFAULT_METHODS,
-                   help="comma-separated: ar, assisted, assisted-weak, tree-weak, tree-strong, treegraft[:POLICY]; "
+                   help="comma-separated: ar, assisted, assisted-weak, pld, tree-weak, tree-strong, treegraft[:POLICY]; "
                         "an engine method may end in GraftConfig overrides: treegraft:always[graft_g=0,blend=0]")
     p.add_argument("--limit", type=int, default=10, help="prompts per suite (or from the file)")
     p.add_argument("--max-new-tokens", type=int, default=128)

@@ -2,7 +2,8 @@
 
 `ar`, `tree-weak`, `tree-strong` and `treegraft:POLICY` run on our engine; `assisted` and
 `assisted-weak` are Hugging Face `generate(assistant_model=...)` with the strong or the weak drafter,
-the linear speculative decoding most users would reach for. Hooks on the models count their forwards
+the linear speculative decoding most users would reach for; `pld` is Hugging Face prompt-lookup
+decoding (`generate(prompt_lookup_num_tokens=10)`), the linear twin of our `ngram` drafter. Hooks on the models count their forwards
 and time them, so every method reports tau and a per-phase time split in the same units.
 
 An engine method may end in GraftConfig overrides, an ablation: `treegraft:always[graft_g=0,blend=0]`
@@ -25,7 +26,8 @@ from ..record import summarize
 from ..schedule import POLICIES
 
 ENGINE_METHODS = ("ar", "tree-weak", "tree-strong")
-ASSISTED = {"assisted": "strong", "assisted-weak": "weak"}
+ASSISTED = {"assisted": "strong", "assisted-weak": "weak", "pld": None}
+PLD_TOKENS = 10  # HF's documented default for prompt_lookup_num_tokens
 PHASES = ("draft_weak", "draft_strong", "schedule", "verify", "overhead")
 
 
@@ -86,7 +88,7 @@ def parse_name(name: str, default_policy: str) -> Method:
         if policy not in POLICIES:
             raise ConfigError(f"unknown TreeGraft policy {policy!r} in {name!r}; choose one of {', '.join(POLICIES)}")
         return Method(f"treegraft:{policy}", "treegraft", policy=policy)
-    raise ConfigError(f"unknown method {name!r}; choose from ar, assisted, assisted-weak, tree-weak, "
+    raise ConfigError(f"unknown method {name!r}; choose from ar, assisted, assisted-weak, pld, tree-weak, "
                       f"tree-strong, treegraft[:{'|'.join(POLICIES)}], each engine method optionally with "
                       f"[knob=value,...] (GraftConfig knobs)")
 
@@ -146,26 +148,34 @@ def engine_stats(records, wall: float, new: list[int]) -> dict:
 
 
 class AssistedRunner:
-    """HF assisted generation. Forward hooks count and time the target's and the assistant's calls;
-    the target's cache length at each call gives the accepted length of every step."""
+    """HF assisted generation (or prompt lookup: no assistant model). Forward hooks count and time the
+    target's and the assistant's calls; the target's cache length at each call gives the accepted
+    length of every step."""
 
     def __init__(self, trio: Trio, cfg: GenConfig, method: Method):
         self.trio, self.cfg, self.role = trio, cfg, method.assistant
-        self.assistant = getattr(trio, self.role)
+        self.assistant = getattr(trio, self.role) if self.role else None
+        if self.role and getattr(self.assistant, "runner_cls", None) is not None:
+            raise ConfigError(f"`{method.label}`: the {self.role} drafter is prompt lookup (ngram), not a model "
+                              "Hugging Face can drive; use `pld` for Hugging Face's prompt-lookup decoding")
         if getattr(self.assistant, "needs_features", False):
             raise ConfigError(f"`{method.label}`: Hugging Face assisted generation cannot drive the {self.role} drafter "
                               f"({trio.names.get(self.role)}): it reads the target's hidden states "
                               "(treegraft.eagle). Compare it with tree-strong / treegraft instead.")
         # HF's "heuristic" schedule writes its draft length back into the assistant's config after each
         # call; restoring it makes every prompt start alike, whatever ran before.
-        self.fresh_config = copy.deepcopy(self.assistant.generation_config)
+        self.fresh_config = copy.deepcopy(self.assistant.generation_config) if self.assistant else None
 
     def run(self, ids: list[int]) -> dict:
         trio, cfg = self.trio, self.cfg
-        self.assistant.generation_config = copy.deepcopy(self.fresh_config)
         eos = sorted(trio.eos_ids) or None
         kw = dict(do_sample=cfg.temperature > 0, max_new_tokens=cfg.max_new_tokens, eos_token_id=eos,
                   pad_token_id=eos[0] if eos else None)
+        if self.assistant is not None:
+            self.assistant.generation_config = copy.deepcopy(self.fresh_config)
+            kw["assistant_model"] = self.assistant
+        else:
+            kw["prompt_lookup_num_tokens"] = PLD_TOKENS
         if cfg.temperature > 0:
             kw |= dict(temperature=cfg.temperature, top_p=cfg.top_p, top_k=0)
             torch.manual_seed(cfg.seed)
@@ -174,7 +184,7 @@ class AssistedRunner:
         try:
             t0 = time.perf_counter()
             with torch.no_grad():
-                out = trio.target.generate(inp, attention_mask=torch.ones_like(inp), assistant_model=self.assistant, **kw)
+                out = trio.target.generate(inp, attention_mask=torch.ones_like(inp), **kw)
             sync(trio.device)
             wall = time.perf_counter() - t0
         finally:
@@ -184,7 +194,7 @@ class AssistedRunner:
 
     def stats(self, hooks: "Hooks", new: list[int], prompt_len: int, wall: float) -> dict:
         n = hooks.calls["target"]
-        draft = f"draft_{self.role}"
+        draft = f"draft_{self.role or 'weak'}"  # prompt lookup's drafting is host time: it lands in overhead
         phases = {"verify": hooks.seconds["target"], draft: hooks.seconds["assistant"]}
         phases["overhead"] = max(0.0, wall - sum(phases.values()))
         return {"token_ids": new, "wall_s": wall, "target_forwards": n, "target_calls": n,
@@ -224,6 +234,8 @@ class Hooks:
         self.t = {}
         self.handles = []
         for name, model in (("target", target), ("assistant", assistant)):
+            if model is None:
+                continue
             self.handles.append(model.register_forward_pre_hook(self.pre(name), with_kwargs=True))
             self.handles.append(model.register_forward_hook(self.post(name)))
 
