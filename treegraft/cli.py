@@ -80,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Subcommands with their own parsers, imported on demand: they pull in pandas, tqdm and safetensors,
 # which `generate` does not need.
-DELEGATED = {"bench": "bench", "distill": "distill", "scheduler": "scheduler_train", "profile": "profile"}
+DELEGATED = {"bench": "bench", "distill": "distill", "scheduler": "scheduler_train", "profile": "profile",
+             "pairs": "bench.pairs"}
 
 
 def main(argv=None) -> int:

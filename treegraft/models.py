@@ -219,7 +219,12 @@ def load_drafter(spec: str, role: str, target, device, dtype) -> torch.nn.Module
     A drafter directory whose treegraft_drafter.json says {"share_target_embeddings": true} stores only
     its own trained tensors: the embedding, the tied head and (if not stored) the final norm are the
     already-loaded target's tensors, shared in memory (same objects), so they are not duplicated on disk."""
-    where = ASSETS / "drafters" / role if spec == "default" else Path(spec).expanduser()
+    shipped = spec == "default" or spec.startswith("asset:")
+    if spec.startswith("asset:"):  # a shipped drafter in another role: `asset:weak` as the strong drafter
+        role, spec = spec.partition(":")[2], "default"
+        if not (ASSETS / "drafters" / role).is_dir():
+            raise ModelLoadError(f"no shipped drafter assets/drafters/{role}")
+    where = ASSETS / "drafters" / role if shipped else Path(spec).expanduser()
     meta = where / "treegraft_drafter.json"
     info = json.loads(meta.read_text()) if meta.is_file() else {}
     if info.get("kind") == "features":
@@ -327,7 +332,7 @@ def load_trio(target: str | None = None, weak: str | None = None, strong: str | 
         if which == "ngram":
             drafters[role] = load_lookup(tgt, dev, dt)
             continue
-        if which != "default" and not shares_target_rows(which, target):
+        if which != "default" and not which.startswith("asset:") and not shares_target_rows(which, target):
             check_vocab(tok, load_tokenizer(which, dt), f"the {role} drafter ({which})")
         model = load_drafter(which, role, tgt, dev, dt)
         if which in GGUF_MODELS:

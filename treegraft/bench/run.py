@@ -139,7 +139,7 @@ def run_config(trio: Trio, prompts: list[Prompt], ids: dict, plan: list[Method],
     return {"methods": [m.label for m in plan], "prompts": len(prompts), "prompts_sha1": digest,
             "gen": gen, "models": dict(trio.names), "weights": {r: fingerprint(getattr(trio, r))
                                                                 for r in ("target", "weak", "strong")},
-            "device": str(trio.device), "dtype": str(trio.dtype).replace("torch.", ""),
+            "device": str(trio.device), "dtype": str(trio.dtype).replace("torch.", ""), "kernels": trio.kernels,
             "torch": torch.__version__} | meta
 
 
