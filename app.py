@@ -22,18 +22,20 @@ BANNER_STEPS = 3  # after this many treegraft steps without a strong call, say w
 HOT = 2.0         # temperature above which the page warns
 
 
+def pick_example() -> None:
+    """A new example replaces the text; typed text stays until the example changes."""
+    ui.save("example")
+    st.session_state["saved_prompt"] = ui.EXAMPLES[st.session_state["example"]]
+
+
 def prompt_box(run) -> str:
     cols = st.columns([1, 3])
-    ui.restore("example", next(iter(ui.EXAMPLES)))
-    category = cols[0].selectbox("Example prompt", list(ui.EXAMPLES), key="example",
+    first = next(iter(ui.EXAMPLES))
+    ui.bind("example", first)
+    category = cols[0].selectbox("Example prompt", list(ui.EXAMPLES), key="example", on_change=pick_example,
                                  help="one short prompt per benchmark category; edit it freely")
-    if st.session_state.get("example_shown") != category:
-        # A new example replaces the text; typed text stays until the example changes.
-        st.session_state["prompt"] = ui.EXAMPLES[category]
-        st.session_state["example_shown"] = category
-    ui.restore("prompt", ui.EXAMPLES[category])
-    text = cols[1].text_area("Prompt (sent through the target's chat template)", key="prompt", height=90)
-    ui.save("example", "prompt")
+    text = cols[1].text_area("Prompt (sent through the target's chat template)", height=90,
+                             **ui.bind("prompt", ui.EXAMPLES[category]))
     cols[1].caption(prompt_size(text, run))
     return text
 
@@ -95,8 +97,7 @@ def act(s: dict, prompt: str, a: dict) -> None:
 
 
 def use_always() -> None:
-    ui.settings()["policy"] = "always"
-    st.session_state["w_policy"] = "always"
+    ui.settings()["policy"] = "always"  # the sidebar's widget is seeded from the settings on every run
 
 
 def strong_banner(run: ui.Run) -> None:

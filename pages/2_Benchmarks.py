@@ -72,7 +72,7 @@ def run_small(s: dict) -> None:
             run_bench(trio, prompts, methods, cfg, out, progress=progress,
                       meta={"source": f"app:suite:{suite}", "limit": limit})
             bar.empty()
-            st.session_state["bench_dir"] = out  # show what was just measured
+            st.session_state["saved_bench_dir"] = out  # show what was just measured
 
 
 def main() -> None:
@@ -81,9 +81,8 @@ def main() -> None:
              "HumanEval, Natural Questions, XSum, translation and math word problems), then open it here.")
     s = ui.settings_sidebar("bench")
     run_small(s)
-    ui.restore("bench_dir", latest_results())
-    path = st.text_input("Results directory (holds results.csv and, optionally, summary.csv)", key="bench_dir")
-    ui.save("bench_dir")
+    path = st.text_input("Results directory (holds results.csv and, optionally, summary.csv)",
+                         **ui.bind("bench_dir", latest_results()))
     if not path.strip():
         st.info("Enter a results directory to see its tables and charts.")
         return

@@ -93,6 +93,18 @@ def save(*keys: str) -> None:
         st.session_state[f"saved_{key}"] = st.session_state[key]
 
 
+def bind(key: str, default) -> dict:
+    """Keep a widget's value in our own copy (saved_<key>) and seed the widget from it on EVERY run:
+    Streamlit may reset a widget to its default when a page is (re)entered, even the page it is on
+    (st.navigation), and a seed only on page changes misses that. Returns the widget's keyword
+    arguments (key, on_change) that store each user change before the script runs."""
+    saved = f"saved_{key}"
+    if saved not in st.session_state:
+        st.session_state[saved] = st.session_state.get(key, default)
+    st.session_state[key] = st.session_state[saved]
+    return {"key": key, "on_change": save, "args": (key,)}
+
+
 def prompt_text() -> str:
     """The prompt typed on the main page (or the first example), for pages that start a run."""
     return st.session_state.get("saved_prompt") or next(iter(EXAMPLES.values()))
@@ -107,12 +119,17 @@ def settings() -> dict:
 def _widget(kind, label: str, name: str, seed: bool, **kw):
     """A sidebar widget bound to settings[name]. A widget on another page is another widget to
     Streamlit (its state does not carry over), so the value lives in st.session_state["settings"]
-    and seeds the widget whenever the page changes."""
+    and seeds the widget on every run (`seed` is kept for callers; every run seeds now)."""
     s, key = settings(), f"w_{name}"
-    if seed or key not in st.session_state:
-        st.session_state[key] = s[name]
-    s[name] = kind(label, key=key, **kw)
+    # Seeded on every run, not only on page changes (see bind); a change is stored by the callback
+    # before the script runs, so the seed is always the user's latest value.
+    st.session_state[key] = s[name]
+    s[name] = kind(label, key=key, on_change=_store, args=(name,), **kw)
     return s[name]
+
+
+def _store(name: str) -> None:
+    settings()[name] = st.session_state[f"w_{name}"]
 
 
 def settings_sidebar(page: str) -> dict:
