@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .budget import choose_budget
+from .costs import target_curve
 from .draft import draft_tree
 from .graft import GraftConfig, recover, reselect, rescore, graft
 from .kv import make_runner
@@ -30,7 +32,8 @@ class ConfigError(ValueError):
 class GenConfig:
     method: str = "treegraft"
     max_new_tokens: int = 128
-    budget: int = 32
+    budget: int = 32                  # N; with auto_budget the most N may be
+    auto_budget: bool = False         # choose N per step from the measured cost curve (treegraft.budget)
     depth: int = 6
     topk: int = 4
     width: int | None = None          # frontier nodes expanded per level (default: topk)
@@ -89,6 +92,7 @@ class Engine:
         self.policy = policy or (make_policy(cfg.policy, cfg.every_k, cfg.scheduler_path)
                                  if cfg.method == "treegraft" else None)
         self.generator = torch.Generator().manual_seed(cfg.seed)
+        self.curve = target_curve(trio) if cfg.auto_budget and cfg.method != "ar" else None
         self.seq: list[int] = []
         self.prompt_len = 0
         self.records: list[StepRecord] = []
@@ -145,12 +149,20 @@ class Engine:
                     return self.oracle_step(rec, decision, tree, depth, clock, fw0)
                 if decision.call:
                     self.refine(tree, depth, rec, clock)
-            selected = select(tree, cfg.budget, depth)
+            rec.budget = self.budget(tree, depth, clock)
+            selected = select(tree, rec.budget, depth)
             self.snap(rec, "selected", tree)
         logits = self.target.catch_up(seq, selected, tree)
         clock.lap("verify")
         path, bonus = self.accept(tree, selected, logits)
         return self.finish(rec, decision, tree, selected, path, bonus, clock, fw0)
+
+    def budget(self, tree: DraftTree, depth: int, clock: Clock) -> int:
+        """N: fixed, or (auto) the most expected tokens per second on this machine's cost curve."""
+        if self.curve is None:
+            return self.cfg.budget
+        spent = sum(clock.times.values()) + (time.perf_counter() - clock.t)
+        return choose_budget(tree, self.curve, spent, self.cfg.budget, depth)[0]
 
     def decide(self, tree: DraftTree, depth: int, clock: Clock) -> Decision:
         feats = features(tree, self.history, depth)
@@ -254,7 +266,7 @@ class Engine:
 
     def run_branch(self, tree: DraftTree, depth: int, clock: Clock, rec: StepRecord | None = None) -> "Branch":
         """Select, verify and accept on `tree` from the current state (the oracle plays two)."""
-        selected = select(tree, self.cfg.budget, depth)
+        selected = select(tree, self.budget(tree, depth, clock), depth)
         if rec is not None:
             self.snap(rec, "selected", tree)
         path, bonus = self.accept(tree, selected, self.target.catch_up(self.seq, selected, tree))

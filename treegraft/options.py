@@ -39,7 +39,9 @@ def trio_from_args(a) -> Trio:
 def add_tree_args(p: argparse.ArgumentParser) -> None:
     d = GenConfig()
     g = p.add_argument_group("tree and TreeGraft")
-    g.add_argument("--budget", type=int, default=d.budget, help="nodes sent to the target (N)")
+    g.add_argument("--budget", type=budget_arg, default=d.budget,
+                   help=f"nodes sent to the target (N), or 'auto': per step, the N <= {AUTO_CAP} with the most "
+                        "expected tokens per second on this machine's measured cost curve")
     g.add_argument("--depth", type=int, default=d.depth, help="maximum tree depth (D)")
     g.add_argument("--topk", type=int, default=d.topk, help="children per expanded node (k)")
     g.add_argument("--width", type=int, default=None, help="frontier nodes expanded per level (default: topk)")
@@ -50,9 +52,23 @@ def add_tree_args(p: argparse.ArgumentParser) -> None:
         g.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default, help=f.metadata["help"])
 
 
+AUTO_CAP = 64  # the most nodes `--budget auto` may send
+
+
+def budget_arg(text: str) -> int | str:
+    if str(text).strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--budget takes an integer or 'auto', got {text!r}") from None
+
+
 def gen_config(a, method: str) -> GenConfig:
     """GenConfig from parsed add_tree_args options (plus max_new_tokens, temperature, top_p, seed), checked."""
-    cfg = GenConfig(method=method, max_new_tokens=a.max_new_tokens, budget=a.budget, depth=a.depth,
+    auto = a.budget == "auto"
+    cfg = GenConfig(method=method, max_new_tokens=a.max_new_tokens, budget=AUTO_CAP if auto else a.budget,
+                    auto_budget=auto, depth=a.depth,
                     topk=a.topk, width=a.width, temperature=a.temperature, top_p=a.top_p, seed=a.seed,
                     policy=a.policy or default_policy(), every_k=a.every_k, scheduler_path=a.scheduler,
                     graft=GraftConfig(**{f.name: getattr(a, f.name) for f in dataclasses.fields(GraftConfig)}))

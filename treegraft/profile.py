@@ -1,97 +1,16 @@
-"""`python -m treegraft profile`: what one forward over q new tree tokens costs, per model of a trio.
-
-For the target and each drafter: one forward over q = 1, 2, 4, ..., 128 new tokens (a tree of q
-siblings under the root, float tree mask, explicit positions) on a ~200-token cache, medians of
-interleaved repeats (every q once per round, so a busy neighbour slows all q alike). Cached per
-machine, trio, device, dtype and kernels in TREEGRAFT_HOME/profiles/, so the hardware-aware budget
-and the app read it without measuring again.
-"""
+"""`python -m treegraft profile`: what one forward over q new tree tokens costs, per model of a trio
+(measured and cached by treegraft.costs; `--budget auto` and the app read the same cache)."""
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import platform
-import statistics
 import sys
-import time
 
-import torch
-
-from .chunks import cache_home
+from .costs import QS, profile
 from .engine import ConfigError
-from .kv import make_runner
-from .models import ModelLoadError, Trio, sync
+from .models import ModelLoadError
 from .options import add_model_args, trio_from_args
-from .tree import ROOT, DraftTree
-
-QS = (1, 2, 4, 8, 16, 32, 64, 128)
-
-
-def _key(trio: Trio, context: int) -> str:
-    what = json.dumps([trio.names, str(trio.device), str(trio.dtype), trio.kernels, platform.processor(),
-                       platform.machine(), torch.__version__, torch.get_num_threads(), context], sort_keys=True)
-    return hashlib.sha256(what.encode()).hexdigest()[:16]
-
-
-def _context(trio: Trio, length: int) -> list[int]:
-    """A real-looking context: a fixed text repeated, so prompt lookup behaves as on real input."""
-    text = ("def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n"
-            "The quick brown fox jumps over the lazy dog. ") * 40
-    ids = trio.tokenizer(text, add_special_tokens=False)["input_ids"] if trio.tokenizer else list(range(3, 500))
-    return (ids * (length // max(1, len(ids)) + 1))[:length]
-
-
-@torch.inference_mode()
-def measure(trio: Trio, qs=QS, context: int = 200, repeats: int = 3) -> dict:
-    """Median ms of one forward over q tree tokens, per role, interleaved."""
-    seq = _context(trio, context)
-    target = make_runner(trio.target, "target")
-    runners = {"target": target,
-               "weak": make_runner(trio.weak, "weak", features_from=target),
-               "strong": make_runner(trio.strong, "strong", features_from=target)}
-    target.catch_up(seq[:-1])           # feature drafters read the target's features of the prefix
-    for name in ("weak", "strong"):
-        runners[name].catch_up(seq)
-    target.catch_up(seq)
-    times = {name: {q: [] for q in qs} for name in runners}
-    for _ in range(repeats + 1):        # the first round warms caches and allocators; not counted
-        for q in qs:
-            tree = DraftTree()
-            nodes = [tree.add(ROOT, 1000 + j, 0.0, "weak")[0] for j in range(q)]
-            for name, r in runners.items():
-                n = r.n
-                sync(trio.device)
-                t = time.perf_counter()
-                r.forward_nodes(tree, nodes, len(seq) - 1)
-                sync(trio.device)
-                times[name][q].append(time.perf_counter() - t)
-                r.restore(n)
-    return {name: {str(q): statistics.median(v[1:]) * 1e3 for q, v in per.items()} for name, per in times.items()}
-
-
-def profile(trio: Trio, qs=QS, context: int = 200, repeats: int = 3, refresh: bool = False) -> dict:
-    path = cache_home() / "profiles" / f"{_key(trio, context)}.json"
-    if path.exists() and not refresh:
-        cached = json.loads(path.read_text())
-        if all(str(q) in cached["target"] for q in qs):
-            return cached | {"cached": True}
-    out = measure(trio, qs, context, repeats)
-    out |= {"device": str(trio.device), "dtype": str(trio.dtype).replace("torch.", ""), "kernels": trio.kernels,
-            "trio": trio.trio, "models": trio.names, "context": context, "repeats": repeats,
-            "threads": torch.get_num_threads()}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(out, indent=2))
-    tmp.replace(path)
-    return out | {"cached": False}
-
-
-def cached_profile(trio: Trio, context: int = 200) -> dict | None:
-    """The profile of this trio on this machine if one was measured, else None (never measures)."""
-    path = cache_home() / "profiles" / f"{_key(trio, context)}.json"
-    return json.loads(path.read_text()) if path.exists() else None
 
 
 def table(p: dict) -> str:

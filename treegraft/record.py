@@ -26,6 +26,7 @@ class StepRecord:
     stages: list[dict] = field(default_factory=list)   # [{name, nodes: [...]}] for stage replay
     stage_times: dict = field(default_factory=dict)    # seconds per refinement stage
     text: str = ""                                     # decoded new_tokens, when a tokenizer is known
+    budget: int | None = None                          # N this step (--budget auto chooses it per step)
 
     @property
     def accept_len(self) -> int:

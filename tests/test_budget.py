@@ -1,0 +1,50 @@
+"""`--budget auto`: the tree size that maximises expected tokens per second on a cost curve."""
+
+import pytest
+
+from tiny import ids, tiny_trio
+from treegraft import costs
+from treegraft.budget import choose_budget, forward_ms
+from treegraft.engine import Engine, GenConfig
+from treegraft.tree import ROOT, DraftTree
+
+
+def chain(values):
+    tree, parent = DraftTree(), ROOT
+    prev = 0.0
+    for v in values:
+        parent, _ = tree.add(parent, len(tree) + 1, v - prev, "weak")
+        prev = v
+    return tree
+
+
+def test_interpolation_and_extrapolation():
+    curve = {1: 10.0, 2: 12.0, 4: 16.0}
+    assert forward_ms(curve, 1) == 10 and forward_ms(curve, 3) == 14 and forward_ms(curve, 6) == 20
+
+
+def test_flat_curve_sends_everything_steep_curve_sends_only_sure_nodes():
+    tree = chain([-0.05, -0.1, -0.7, -2.0, -4.0])   # path values: sure, sure, likely, unlikely, hopeless
+    flat = {1: 10.0, 8: 10.0}                       # a GPU: nodes are free
+    steep = {1: 10.0, 2: 20.0, 8: 80.0}             # every node costs a whole forward
+    assert choose_budget(tree, flat, 0.0, 64, 10)[0] == 5
+    n, rate = choose_budget(tree, steep, 0.0, 64, 10)
+    assert n == 0 and rate == pytest.approx(1 / 0.010)   # 0.95 extra tokens never pay a doubled step
+    mid = {1: 10.0, 2: 11.0, 3: 12.0, 4: 20.0, 8: 60.0}
+    assert choose_budget(tree, mid, 0.0, 64, 10)[0] == 2
+    assert choose_budget(tree, flat, 0.0, 3, 10)[0] == 3      # the cap holds
+    assert choose_budget(tree, flat, 0.0, 64, 2)[0] == 2      # so does the depth
+
+
+def test_auto_budget_is_lossless_and_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("TREEGRAFT_HOME", str(tmp_path))
+    trio = tiny_trio("perturbed", "copy")
+    prompt = [5, 17, 33, 2, 9]
+    ref = trio.target.generate(ids(prompt), max_new_tokens=20, do_sample=False, min_new_tokens=0)[0, 5:].tolist()
+    for method in ("tree-weak", "treegraft"):
+        engine = Engine(trio, GenConfig(method=method, policy="always", max_new_tokens=20, budget=64, auto_budget=True))
+        records = list(engine.generate(prompt))
+        assert engine.new_tokens == ref
+        assert all(r.budget is not None and r.budget <= 64 and len(r.selected) <= r.budget for r in records)
+    assert list((tmp_path / "profiles").glob("*.json"))     # measured once, then read
+    assert set(costs.target_curve(trio)) == set(costs.QS[:-1])
