@@ -21,6 +21,7 @@ from .record import dumps_trace
 
 def cmd_generate(a) -> int:
     cfg = gen_config(a, a.method)
+    cfg.record_stages = bool(a.trace)  # stage snapshots cost time; only a trace shows them
     check_prompt(a.prompt)  # before any model loads
     trio = trio_from_args(a)
     ids = encode_prompt(trio.tokenizer, a.prompt, a.raw)
