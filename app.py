@@ -211,9 +211,11 @@ def charts(run: ui.Run) -> list:
     if behind:
         c[1].caption(f"The comparison covers the first {run.race_tokens} tokens; the run has "
                      f"{len(run.engine.new_tokens)}. Tick **Compare live** to keep it in step.")
-    label = f"interleaved race, all methods to {run.race_tokens} tokens"
-    figs += [viz.throughput_figure(runs, title=f"Tokens vs measured wall time ({label})"),
-             viz.speedup_figure(runs, title=f"Running speedup vs ar, wall time ({label})"),
+    st.caption(f"**Interleaved race**: every method re-run on this prompt and these settings to "
+               f"{run.race_tokens} tokens, the one furthest behind stepping next, so all share the same moments of "
+               "load. Prefill excluded everywhere.")
+    figs += [viz.throughput_figure(runs, title="Tokens vs wall time (race)"),
+             viz.speedup_figure(runs, title="Running speedup vs ar (wall time)"),
              viz.speed_modes_figure(runs)]
     cols = st.columns(3)
     for col, fig, key in zip(cols, figs[1:], ("throughput_chart", "speedup_chart", "speed_modes_chart")):

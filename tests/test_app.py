@@ -120,6 +120,7 @@ def test_step_draws_the_selected_tree_and_the_stage_slider_replays_it():
     modes = {t["name"]: t["y"] for t in charts["speed_modes"][0]["data"] if t.get("meta") == "points"}
     table = viz.speed_table(run.runs()).set_index("method")
     assert modes["treegraft"][1] == pytest.approx(table.loc["treegraft", "tau (tokens/forward)"])
+    assert table.loc["ar", "x ar: wall time"] == pytest.approx(1.0)
     assert any("Why wall times move" in m.value for m in at.markdown)
 
     # The other pages read the same run.

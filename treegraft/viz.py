@@ -276,7 +276,8 @@ def tree_figure(rec: StepRecord, stage: str | None = None, decode: Decode | None
             x=[pos[n["id"]][0] for n in group], y=[pos[n["id"]][1] for n in group],
             mode="markers+text", name=label, meta="tree",
             text=[_short(token_label(decode, n["token"])) if n["id"] in labelled else "" for n in group],
-            textposition="middle right", textfont=dict(size=11),
+            # A halo in the background colour keeps a label readable where edges cross it.
+            textposition="middle right", textfont=dict(size=11, color="#222", shadow="1px 1px 2px white"),
             marker=dict(color=color, size=size, symbol=symbol,
                         line=dict(color="black", width=[2.5 if n.get("graft_point") else 0.5 for n in group])),
             hovertext=[_hover(n, rank[n["id"]], decode) for n in group], hoverinfo="text"))
@@ -530,7 +531,7 @@ def speedup_figure(runs: dict[str, list[StepRecord]], title: str = "Running spee
     return fig
 
 
-SPEED_MEASURES = ("wall time", "per target forward (tau)", "median step cost")
+SPEED_MEASURES = ("wall time", "per target forward", "median step cost")
 
 
 def speed_table(runs: dict[str, list[StepRecord]]) -> pd.DataFrame:
@@ -553,9 +554,9 @@ def speed_table(runs: dict[str, list[StepRecord]]) -> pd.DataFrame:
                "median step (ms)": 1e3 * float(np.median([r.wall_s for r in records]))}
         if ar:
             ar_step = float(np.median([r.wall_s for r in ar]))
-            row["speedup: wall time"] = float(ar_time_at(ar, np.array([float(tokens)]))[0] / max(wall, 1e-9))
-            row["speedup: per target forward (tau)"] = tau / (sum(r.accept_len for r in ar) / len(ar))
-            row["speedup: median step cost"] = tau * ar_step / max(1e-9, row["median step (ms)"] / 1e3)
+            row["x ar: wall time"] = float(ar_time_at(ar, np.array([float(tokens)]))[0] / max(wall, 1e-9))
+            row["x ar: per target forward"] = tau / (sum(r.accept_len for r in ar) / len(ar))
+            row["x ar: median step cost"] = tau * ar_step / max(1e-9, row["median step (ms)"] / 1e3)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -564,11 +565,11 @@ def speed_modes_figure(runs: dict[str, list[StepRecord]]) -> go.Figure:
     """Speedup vs ar measured three ways, one bar per method in its colour."""
     table = speed_table(runs)
     fig = go.Figure()
-    if "speedup: wall time" in table.columns:
+    if "x ar: wall time" in table.columns:
         for _, row in table.iterrows():
             if row["method"] == "ar":
                 continue
-            ys = [row[f"speedup: {m}"] for m in SPEED_MEASURES]
+            ys = [row[f"x ar: {m}"] for m in SPEED_MEASURES]
             fig.add_trace(go.Bar(x=list(SPEED_MEASURES), y=ys, name=row["method"], meta="points",
                                  marker_color=colors.method_color(row["method"]),
                                  text=[f"{y:.2f}x" for y in ys], textposition="outside",
