@@ -39,18 +39,21 @@ class NgramDrafter(nn.Module):
 
 
 def propose(ctx: np.ndarray, max_n: int, min_n: int = 1) -> tuple[dict[int, float], int]:
-    """Candidate next tokens for a context -> (score per token, longest matched n; 0 = none)."""
+    """Candidate next tokens for a context -> (score per token, longest matched n; 0 = none).
+    An earlier occurrence that matches the context's last n tokens scores 4^j for every j <= n it
+    matches (one longer match outweighs many shorter ones)."""
     scores: dict[int, float] = {}
-    longest = 0
-    body = ctx[:-1]  # an occurrence must have a next token inside the context
-    for n in range(min(max_n, len(ctx) - 1), min_n - 1, -1):
-        windows = np.lib.stride_tricks.sliding_window_view(body, n)
-        hits = np.flatnonzero((windows == ctx[-n:]).all(axis=1))
-        if not len(hits):
+    longest, last = 0, len(ctx) - 1
+    seq = ctx.tolist()
+    for i in np.flatnonzero(ctx[:-1] == ctx[-1]).tolist():   # occurrences of the last token, with a next token
+        n = 1
+        while n < max_n and i - n >= 0 and seq[i - n] == seq[last - n]:
+            n += 1
+        if n < min_n:
             continue
         longest = max(longest, n)
-        for tok in ctx[hits + n].tolist():
-            scores[tok] = scores.get(tok, 0.0) + 4.0 ** n  # one longer match outweighs many shorter ones
+        tok = seq[i + 1]
+        scores[tok] = scores.get(tok, 0.0) + sum(4.0 ** j for j in range(min_n, n + 1))
     return scores, longest
 
 
