@@ -356,3 +356,47 @@ def test_banner_when_the_scheduler_never_calls_the_strong_drafter_and_a_hot_temp
     assert at.selectbox(key="w_policy").value == "always" and at.session_state["settings"]["policy"] == "always"
     at.number_input(key="w_temperature").set_value(5.0).run()
     assert any("above 2" in w.value for w in at.warning)
+
+
+def test_big_tree_stays_legible_and_the_accepted_path_is_on_top():
+    """A budget-512-sized tree (no model): labels never closer than the layout allows, pruned
+    subtrees collapsed to their tops, the accepted path on the top row even where a sibling had a
+    higher path value (a rescored score can reorder siblings)."""
+    import random
+    rng = random.Random(0)
+    nodes, frontier = [], [(-1, 0, 0.0)]
+    while len(nodes) < 700:
+        parent, depth, value = frontier.pop(0)
+        for _ in range(4):
+            v = value - rng.uniform(0.05, 3.0)
+            i = len(nodes)
+            nodes.append({"id": i, "token": 100 + i, "parent": parent, "depth": depth + 1, "score": v - value,
+                          "value": v, "origin": rng.choice(["weak", "graft", "recovered"]), "weak_logp": None,
+                          "strong_logp": None, "rescored": rng.random() < 0.5, "graft_point": False,
+                          "selected": i < 100 or 175 <= i < 400, "accepted": False, "expanded_by": None})
+            frontier.append((i, depth + 1, v))
+    # Accept the WORST child of the root, then its worst child: the path must still be drawn on top.
+    first = min((n for n in nodes if n["parent"] == -1), key=lambda n: n["value"])
+    second = min((n for n in nodes if n["parent"] == first["id"]), key=lambda n: n["value"])
+    for n in (first, second):
+        n["accepted"] = n["selected"] = True
+    rec = StepRecord(step=3, method="treegraft", root_token=1, root_pos=9, nodes=nodes,
+                     selected=[n["id"] for n in nodes if n["selected"]], accepted=[first["id"], second["id"]],
+                     bonus=7, new_tokens=[first["token"], second["token"], 7], stages=[])
+    fig = viz.tree_figure(rec, "verified", decode=lambda t: f"tok{t}").to_plotly_json()
+    meta = fig["layout"]["meta"]
+    assert viz.count_points(fig, "tree") == len(rec.selected)
+    assert meta["pruned_nodes"] + meta["pruned_collapsed"] == len(nodes) - len(rec.selected)
+    assert meta["pruned_collapsed"] > 100  # pruned subtrees drawn as their tops
+    labelled = [(x, y) for t in fig["data"] if t.get("meta") == "tree"
+                for x, y, text in zip(t["x"], t["y"], t["text"]) if text]
+    assert 0 < len(labelled) <= viz.LABELS_PER_COLUMN * 10
+    rows = max(1.0, max(y for t in fig["data"] for y in (t.get("y") or []) if y is not None))
+    for x in {x for x, _ in labelled}:
+        ys = sorted(y for xx, y in labelled if xx == x)
+        assert all(b - a >= 1 for a, b in zip(ys, ys[1:]))  # never two labels on one spot
+    pos = viz.tidy_layout(viz.tree_graph([n for n in nodes if n["selected"]]))
+    same_depth = [pos[n["id"]][1] for n in nodes if n["selected"] and n["depth"] == 1]
+    assert pos[first["id"]][1] == min(same_depth) and rows > 100
+    bonus = next(t for t in fig["data"] if t.get("name", "").startswith("bonus"))
+    assert bonus["y"][0] < pos[second["id"]][1]  # the bonus has its own row, above its siblings
