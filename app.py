@@ -179,9 +179,10 @@ def text_section(run: ui.Run) -> None:
 SPEED_NOTE = ("**Why wall times move.** This machine's CPU cores are shared: while another process runs, whichever "
               "method is stepping at that moment slows down, so two runs of the same method can differ by tens of "
               "percent. The comparison therefore re-runs every method (this one too) interleaved step by step on "
-              "this prompt, so they share the same moments of load, and shows two figures that load cannot move: "
-              "tokens per target forward (tau; ar's is 1), and an estimate from the median step cost "
-              "(tau x median ar step / median step of the method; medians ignore bursts). On a small target on a "
+              "this prompt, so they share the same moments of load, and shows beside the wall-time speedup "
+              "tokens per target forward (tau; ar's is 1), which load cannot move at all, and an estimate from "
+              "the median step cost (tau x median ar step / median step of the method), which bursts of load "
+              "barely move. On a small target on a "
               "CPU, drafting and tree verification cost more than they save, so wall-time speedups below 1x are "
               "real here; tau shows what the tree buys per target forward.")
 

@@ -572,7 +572,7 @@ def speed_modes_figure(runs: dict[str, list[StepRecord]]) -> go.Figure:
             ys = [row[f"x ar: {m}"] for m in SPEED_MEASURES]
             fig.add_trace(go.Bar(x=list(SPEED_MEASURES), y=ys, name=row["method"], meta="points",
                                  marker_color=colors.method_color(row["method"]),
-                                 text=[f"{y:.2f}x" for y in ys], textposition="outside",
+                                 text=[f"{y:.2f}" for y in ys], textposition="outside", textfont=dict(size=9),
                                  hovertemplate="%{x}: %{y:.2f}x<extra>" + row["method"] + "</extra>"))
         fig.add_trace(go.Scatter(x=list(SPEED_MEASURES), y=[1, 1, 1], mode="lines", name="ar = 1x", meta="reference",
                                  hoverinfo="skip", line=dict(color=colors.AR, dash="dot", width=1)))
@@ -670,7 +670,7 @@ def features_figure(records: list[StepRecord]) -> go.Figure:
 # ---------------------------------------------------------------- benchmarks
 
 BENCH_METRICS = {"tokens_per_s": "throughput (tokens/s)", "speedup_vs_ar": "speedup vs ar (x, wall time)",
-                 "tau": "tau (tokens per target forward; hardware-independent)",
+                 "tau": "tau (tokens per target forward)",
                  "mean_tree_size": "mean tree size (nodes)",
                  "strong_steps": "steps that used the strong drafter (steps)",
                  "strong_forwards": "strong drafter forwards (forwards)",
