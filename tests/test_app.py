@@ -127,6 +127,8 @@ def test_step_draws_the_selected_tree_and_the_stage_slider_replays_it():
     at.switch_page("pages/1_Scheduler.py").run()
     clean(at)
     assert viz.count_points(figures(at)["decisions"][0], "points") == 2
+    # Under `always`, the page still says what the distilled scheduler would have decided.
+    assert any("Under policy **learned**" in i.value for i in at.info)
     features = figures(at)["features"][0]
     assert viz.count_points(features, "points") == 2 * len(recs[0].decision["features"])
     at.button(key="whatif_go").click().run()
@@ -400,3 +402,30 @@ def test_big_tree_stays_legible_and_the_accepted_path_is_on_top():
     assert pos[first["id"]][1] == min(same_depth) and rows > 100
     bonus = next(t for t in fig["data"] if t.get("name", "").startswith("bonus"))
     assert bonus["y"][0] < pos[second["id"]][1]  # the bonus has its own row, above its siblings
+
+
+def test_compare_live_keeps_every_method_in_step_and_how_it_works_can_add_the_strong_drafter():
+    at = fresh(max_new_tokens=6)
+    at.checkbox(key="live").check().run()
+    at.button(key="step").click().run()
+    at.button(key="step").click().run()
+    clean(at)
+    run = at.session_state["run"]
+    tokens = len(run.engine.new_tokens)
+    assert set(run.race) == {"ar", "tree-weak", "tree-strong", "treegraft"}
+    assert all(len(e.new_tokens) >= tokens or e.done for e in run.race.values())
+    assert len(run.race["ar"].records) == min(tokens, len(run.race["ar"].new_tokens))
+    assert {"throughput", "speedup", "speed_modes"} <= set(figures(at))
+
+    # A run whose scheduler never called the strong drafter: How it works offers to rerun the step with it.
+    at.selectbox(key="w_policy").set_value("never").run()
+    at.button(key="step").click().run()
+    clean(at)
+    assert not any(r.strong_called for r in at.session_state["run"].records)
+    at.switch_page("pages/3_How_it_works.py").run()
+    clean(at)
+    assert any("No step of this run called the strong drafter" in i.value for i in at.info)
+    assert "rescored" not in at.select_slider[0].options
+    at.button(key="walk_strong").click().run()
+    clean(at)
+    assert "rescored" in at.select_slider[0].options and "grafted" in at.select_slider[0].options
