@@ -429,3 +429,10 @@ def test_compare_live_keeps_every_method_in_step_and_how_it_works_can_add_the_st
     at.button(key="walk_strong").click().run()
     clean(at)
     assert "rescored" in at.select_slider[0].options and "grafted" in at.select_slider[0].options
+
+
+def test_models_section_offers_the_named_trios():
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    box = at.selectbox(key="w_trio")
+    assert box.value == "smollm2" and set(box.options) == {"smollm2", "qwen-coder"}
+    clean(at)

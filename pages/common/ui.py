@@ -19,6 +19,7 @@ from treegraft.options import encode_prompt
 from treegraft.engine import METHODS, ConfigError, Engine, GenConfig
 from treegraft.graft import GraftConfig
 from treegraft.models import ModelLoadError, load_trio
+from treegraft.trios import TRIOS
 from treegraft.record import StepRecord, dumps_trace
 
 # Errors a user can cause with their input: shown as st.error with the engine's own message.
@@ -68,7 +69,7 @@ def policies() -> list[str]:
 def defaults() -> dict:
     from treegraft.schedule import default_policy
     g = GraftConfig()
-    return {"target": "default", "weak": "default", "strong": "default",
+    return {"trio": "smollm2", "target": "default", "weak": "default", "strong": "default",
             # Env overrides let tests and headless runs pin device/dtype without clicking.
             "device": os.environ.get("TREEGRAFT_DEVICE", "auto"),
             "dtype": os.environ.get("TREEGRAFT_DTYPE", "auto"),
@@ -137,10 +138,15 @@ def settings_sidebar(page: str) -> dict:
     st.session_state["settings_page"] = page
     sb = st.sidebar
     with sb.expander("Models", expanded=False):
-        _widget(st.text_input, "Target", "target", seed, help="'default' (embedded SmolLM2-135M-Instruct), a local "
-                "directory, a .gguf file, or a Hugging Face id already in the local cache")
-        _widget(st.text_input, "Weak drafter", "weak", seed, help="'default' = assets/drafters/weak")
-        _widget(st.text_input, "Strong drafter", "strong", seed, help="'default' = assets/drafters/strong")
+        _widget(st.selectbox, "Trio", "trio", seed, options=sorted(TRIOS),
+                help="; ".join(f"{name}: {spec.note}" for name, spec in sorted(TRIOS.items())) +
+                ". qwen-coder needs ~11 GB of memory and its first load builds a cache (minutes).")
+        _widget(st.text_input, "Target", "target", seed, help="'default' (the trio's target), a named model "
+                "(qwen-coder-1.5b), a local directory, a .gguf file, or a Hugging Face id already in the local cache")
+        _widget(st.text_input, "Weak drafter", "weak", seed, help="'default' = the trio's weak drafter "
+                "(smollm2: assets/drafters/weak; qwen-coder: ngram), or ngram, asset:strong, a directory, ...")
+        _widget(st.text_input, "Strong drafter", "strong", seed, help="'default' = the trio's strong drafter "
+                "(smollm2: assets/drafters/strong; qwen-coder: qwen-coder-0.5b), or ngram, a directory, ...")
         _widget(st.selectbox, "Device", "device", seed, options=["auto", "cpu", "cuda"])
         _widget(st.selectbox, "Dtype", "dtype", seed, options=["auto", "float32", "bfloat16"],
                 help="auto = bfloat16 where the CPU/GPU has it; exactness checks want float32")
@@ -193,21 +199,21 @@ def make_config(s: dict, **override) -> GenConfig:
 
 # ---------------------------------------------------------------- models
 
-@st.cache_resource(show_spinner=False, max_entries=2)
-def cached_trio(target: str, weak: str, strong: str, device: str, dtype: str):
+@st.cache_resource(show_spinner=False, max_entries=1)  # one trio in memory: qwen-coder alone is ~11 GB
+def cached_trio(trio: str, target: str, weak: str, strong: str, device: str, dtype: str):
     threads = os.environ.get("TREEGRAFT_THREADS")
     if threads:  # a busy shared CPU runs small models faster on fewer threads
         import torch
         torch.set_num_threads(int(threads))
     return load_trio(target.strip(), weak.strip(), strong.strip(),
-                     None if device == "auto" else device, None if dtype == "auto" else dtype)
+                     None if device == "auto" else device, None if dtype == "auto" else dtype, trio=trio)
 
 
 def trio_for(s: dict):
-    specs = tuple(s[k] for k in ("target", "weak", "strong", "device", "dtype"))
-    if any(not str(x).strip() for x in specs[:3]):
+    specs = tuple(s[k] for k in ("trio", "target", "weak", "strong", "device", "dtype"))
+    if any(not str(x).strip() for x in specs[1:4]):
         raise ModelLoadError("a model field is empty; use 'default', a local path or a cached Hugging Face id")
-    with st.spinner(f"Loading models (target {specs[0]}, weak {specs[1]}, strong {specs[2]}) ..."):
+    with st.spinner(f"Loading models (trio {specs[0]}: target {specs[1]}, weak {specs[2]}, strong {specs[3]}) ..."):
         return cached_trio(*specs)
 
 
