@@ -116,3 +116,9 @@ def test_compare_runs_through_the_bench_runner(tmp_path):
     assert never["calls"] == 0 and always["calls"] == 1 and never["net"] == pytest.approx(never["tps"], rel=1e-2)
     assert oracle["net"] >= oracle["tps"]  # net of the second branch the oracle paid for
     assert (df.groupby("prompt_id")["output_sha1"].nunique() == 1).all()  # every method: the same tokens
+
+
+def test_features_are_the_scheduler_inputs_in_order():
+    from treegraft.schedule import History, features
+    from treegraft.tree import DraftTree
+    assert tuple(features(DraftTree(), History(), depth=6)) == FEATURES
