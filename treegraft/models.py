@@ -28,6 +28,7 @@ from transformers import (
 )
 
 from .chunks import GGUF_MODELS, cache_home, gguf_model_dir
+from .eagle import FeatureDrafter
 from .errors import ModelLoadError
 from .fastpath import choose_kernels, largest_linear, pack_models
 from .lookup import NgramDrafter
@@ -197,7 +198,6 @@ def _random_drafter(target, layers: int, hidden: int, seed: int) -> LlamaForCaus
 def _load_feature_drafter(where: Path, target, device, dtype) -> torch.nn.Module:
     """A treegraft.eagle.FeatureDrafter: its own tensors from safetensors, the target's embedding and head."""
     from safetensors.torch import load_file
-    from .eagle import FeatureDrafter
     cfg = AutoConfig.from_pretrained(where)
     if cfg.hidden_size != target.config.hidden_size or cfg.vocab_size != target.config.vocab_size:
         raise ModelLoadError(f"{where} is a feature drafter for a target with hidden size {cfg.hidden_size} and "
