@@ -1,11 +1,12 @@
 """`python -m treegraft pairs`: the paper's table, drafter pairs x benchmark sets.
 
 A pair is TARGET/WEAK+STRONG: a named trio's target with any two drafters, e.g.
-`qwen-coder/ngram+qwen-0.5b` or `smollm2/weak+strong`. Per pair it runs `tree-weak`, `tree-strong`,
-`treegraft:always` and `treegraft:learned` over the sets (one bench run directory per pair, resumable:
-finished rows are never redone), and `ar` once per target (its own directory). The table gives, per
-pair and set, the tau of each method, TreeGraft's tau over the better single-drafter endpoint, and
-tokens/s over `ar` (wall clocks of different pairs are different runs: read speedups within a pair).
+`qwen-coder/ngram+qwen-0.5b` or `smollm2/weak+strong`. Per pair it runs `ar`, `tree-weak`,
+`tree-strong`, `treegraft:always` and `treegraft:learned` over the sets, interleaved prompt by prompt
+(one bench run directory per pair, resumable: finished rows are never redone). `ar` runs in every
+pair, not once per target: a shared machine's speed drifts between runs, so a speedup is only honest
+against an `ar` timed beside it. The table gives, per pair and set, the tau of each method,
+TreeGraft's tau over the better single-drafter endpoint, and tokens/s over that pair's `ar`.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from .prompts import SUITES, PromptSetError, load_suite
 from .run import finish, run_bench
 from .store import ResumeError
 
-METHODS = ("tree-weak", "tree-strong", "treegraft:always", "treegraft:learned")
+METHODS = ("ar", "tree-weak", "tree-strong", "treegraft:always", "treegraft:learned")
 ALIASES = {"qwen-0.5b": "qwen-coder-0.5b", "qwen-1.5b": "qwen-coder-1.5b",
            "weak": "asset:weak", "strong": "asset:strong"}   # the drafters shipped in assets/drafters
 
@@ -67,44 +68,36 @@ def parse_pairs(spec: str) -> list[Pair]:
 
 def run_pairs(pairs: list[Pair], prompts: list, cfg, out: Path, load, progress=None, bar: bool = False,
               warmup: bool = True) -> pd.DataFrame:
-    """load(trio_name, weak, strong) -> Trio (weak/strong None: the trio's own). Resumable: each bench
-    directory keeps its finished rows."""
-    for trio_name in dict.fromkeys(p.trio for p in pairs):   # ar once per target
-        trio = load(trio_name, None, None)
-        run_bench(trio, prompts, "ar", cfg, out / f"ar__{trio_name}", progress=progress, bar=bar, warmup=warmup)
-        del trio
+    """load(trio_name, weak, strong) -> Trio. Resumable: each pair's directory keeps its finished rows."""
+    for pair in pairs:
+        trio = load(pair.trio, ALIASES.get(pair.weak, pair.weak), ALIASES.get(pair.strong, pair.strong))
+        run_bench(trio, prompts, ",".join(METHODS), cfg, out / pair.slug, meta={"pair": pair.label},
+                  progress=progress, bar=bar, warmup=warmup)
+        del trio      # one trio in memory at a time
         gc.collect()
-        for pair in (p for p in pairs if p.trio == trio_name):
-            trio = load(pair.trio, ALIASES.get(pair.weak, pair.weak), ALIASES.get(pair.strong, pair.strong))
-            run_bench(trio, prompts, ",".join(METHODS), cfg, out / pair.slug, meta={"pair": pair.label},
-                      progress=progress, bar=bar, warmup=warmup)
-            del trio
-            gc.collect()
     return table(pairs, out)
 
 
 def table(pairs: list[Pair], out: Path) -> pd.DataFrame:
     """One row per pair x set (+ the pair's mean over sets): tau per method, TreeGraft over the better
-    endpoint, tokens/s over ar (pooled per set), and whether every output equals ar's."""
+    endpoint, tokens/s over the pair's own ar (pooled per set), and whether every output equals ar's."""
     rows = []
     for pair in pairs:
-        ar = finish(out / f"ar__{pair.trio}") if (out / f"ar__{pair.trio}" / "results.csv").exists() else None
         if not (out / pair.slug / "results.csv").exists():
             continue
         df = finish(out / pair.slug)
-        ar_sha = {} if ar is None else dict(zip(ar["prompt_id"], ar["output_sha1"]))
         for suite, g in df.groupby("suite", sort=False):
             row = {"pair": pair.label, "set": suite, "prompts": g["prompt_id"].nunique()}
-            ar_g = None if ar is None else ar[ar["suite"] == suite]
-            ar_tps = ar_g["new_tokens"].sum() / ar_g["wall_s"].sum() if ar_g is not None and len(ar_g) else float("nan")
-            for m, mg in g.groupby("method"):
+            ar = g[g["method"] == "ar"]
+            ar_tps = ar["new_tokens"].sum() / ar["wall_s"].sum() if len(ar) else float("nan")
+            for m, mg in g[g["method"] != "ar"].groupby("method"):
                 row[f"tau {m}"] = mg["new_tokens"].sum() / mg["target_forwards"].sum()
                 row[f"x ar {m}"] = mg["new_tokens"].sum() / mg["wall_s"].sum() / ar_tps
                 row[f"calls {m}"] = (mg["strong_calls"].sum() / mg["target_forwards"].sum()) if "treegraft" in m else None
             best = max(row.get("tau tree-weak", float("nan")), row.get("tau tree-strong", float("nan")))
             for m in ("treegraft:always", "treegraft:learned"):
                 row[f"{m} / best endpoint"] = row.get(f"tau {m}", float("nan")) / best
-            row["outputs = ar"] = bool(ar_sha) and all(ar_sha.get(p) == s for p, s in zip(g["prompt_id"], g["output_sha1"]))
+            row["outputs = ar"] = bool(len(ar)) and bool((g["matches_ar"] == 1).all())
             rows.append(row)
     t = pd.DataFrame(rows)
     if len(t):
