@@ -2,15 +2,19 @@
 interleaved (prompt by prompt, kernels alternating), greedy. Prints tokens/s of each and the speedup
 of packed over stock per method, and checks every output equals the stock ar output.
 
-    .venv/bin/python scripts/kernels_bench.py --trio smollm2 --limit 1 --max-new-tokens 32
+    .venv/bin/python scripts/kernels_bench.py --trio smollm2 --limit 1 --max-new-tokens 32 --threads 1
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from a clone
 
 from treegraft.bench.prompts import SUITES, load_suite
 from treegraft.engine import Engine, GenConfig
