@@ -14,6 +14,7 @@ import json
 import platform
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -26,7 +27,7 @@ QS = (1, 2, 4, 8, 16, 32, 64, 128)
 ROLES = ("target", "weak", "strong")
 
 
-def _path(trio: Trio, context: int, roles) -> "Path":
+def _path(trio: Trio, context: int, roles) -> Path:
     what = json.dumps([trio.names, str(trio.device), str(trio.dtype), trio.kernels, platform.processor(),
                        platform.machine(), torch.__version__, torch.get_num_threads(), context, list(roles)],
                       sort_keys=True)

@@ -9,7 +9,6 @@ import sys
 
 from .costs import QS, profile
 from .engine import ConfigError
-from .models import ModelLoadError
 from .options import add_model_args, trio_from_args
 
 
@@ -50,10 +49,3 @@ def main(argv=None) -> int:
                                               "models", "context", "threads", "cached")}))
     return 0
 
-
-if __name__ == "__main__":  # pragma: no cover
-    try:
-        sys.exit(main())
-    except (ConfigError, ModelLoadError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
