@@ -28,6 +28,18 @@ def test_packed_linear_matches_stock_and_drops_the_dense_weight():
         lin(x)  # grad mode: packed weights do not train
 
 
+def test_dual_layout_matches_stock_one_row_and_many():
+    torch.manual_seed(1)
+    lin = nn.Linear(64, 96)
+    xs = [torch.randn(1, 1, 64), torch.randn(1, 5, 64), torch.randn(3, 64)]
+    with torch.inference_mode():
+        refs = [lin(x) for x in xs]
+        general, row = fastpath.pack_linear(lin, dual=True)
+        assert row is not None and general is not None
+        for x, ref in zip(xs, refs):
+            assert torch.allclose(lin(x), ref, atol=1e-4)
+
+
 def test_tied_weights_stay_dense_and_shared_linears_pack_once():
     trio = tiny_trio("copy", "perturbed")
     emb = trio.target.model.embed_tokens
@@ -38,6 +50,7 @@ def test_tied_weights_stay_dense_and_shared_linears_pack_once():
     fastpath.pack_models([trio.target, trio.weak, twin, other])
     assert emb.weight.numel() > 0 and trio.target.lm_head.treegraft_packed
     assert twin.packed_weight is other.packed_weight
+    assert twin.packed_weight[1] is None               # no one-row copy unless asked
 
 
 @pytest.mark.parametrize("roles", [("perturbed", "copy"), ("random", "features"), ("ngram", "perturbed")])

@@ -6,6 +6,12 @@ batched drafter level pays twice. Weights reordered once into oneDNN's blocked l
 cost curve for small q and a faster q=1 (FACTS.md). Logits move by ~1e-4 (argmax unchanged on the
 lossless tests, which run under both kernels).
 
+oneDNN picks the blocked layout from a batch-size hint, and no single layout is best at every q:
+measured on an AVX2 EPYC (8960x1536, 2 threads), the one-row layout costs 3.9 / 6.8 / 7.9 / 9.2 ms
+at q = 1 / 2 / 8 / 16 while the general one costs 4.6 / 4.8 / 6.2 / 7.8 ms. So every Linear gets the
+general layout, and a model that mostly runs one row at a time (the target: plain decoding, its
+catch-up) may also keep a one-row copy (``dual``) when memory allows; rows pick the layout per call.
+
 Kernels: ``stock`` (nn.Linear), ``packed`` (prepacked oneDNN), ``auto`` (packed on CPU in fp32 when a
 quick measurement on this machine says it is faster; the verdict is cached per machine in
 TREEGRAFT_HOME/kernels.json). On CUDA, and for bf16/fp16, ``auto`` means stock.
@@ -30,25 +36,29 @@ def packing_available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
-def _packed_forward(module: nn.Linear, packed: torch.Tensor, bias: torch.Tensor | None):
+def _packed_forward(module: nn.Linear, packed: torch.Tensor, row: torch.Tensor | None, bias: torch.Tensor | None):
     def forward(x: torch.Tensor) -> torch.Tensor:
         if x.dtype != torch.float32 or x.device.type != "cpu" or torch.is_grad_enabled():
             raise RuntimeError("a packed Linear runs fp32 CPU inference only; load with --kernels stock to train")
-        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+        w = row if row is not None and x.numel() == x.shape[-1] else packed
+        return torch.ops.mkldnn._linear_pointwise(x, w, bias, "none", [], "")
     return forward
 
 
-def pack_linear(module: nn.Linear, keep_dense: bool = False, packed: torch.Tensor | None = None) -> torch.Tensor:
+def pack_linear(module: nn.Linear, keep_dense: bool = False, packed: tuple | None = None,
+                dual: bool = False) -> tuple:
     """Swap this Linear's forward for a prepacked one, in place: modules that hold a reference to it
     (a drafter sharing the target's head) get the fast path too. The dense weight is dropped unless
-    it is shared with another module (a tied embedding), so memory does not double."""
+    it is shared with another module (a tied embedding), so memory does not double (``dual`` adds a
+    one-row copy: memory x2 for this Linear). Returns (general, one-row or None) packed weights."""
     if getattr(module, "treegraft_packed", False):
         return module.packed_weight
     w = module.weight.detach()
     if packed is None:
-        packed = torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), 1)
+        packed = (torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), None),
+                  torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), 1) if dual else None)
     bias = None if module.bias is None else module.bias.detach()
-    module.forward = _packed_forward(module, packed, bias)
+    module.forward = _packed_forward(module, *packed, bias)
     module.treegraft_packed = True
     module.packed_weight = packed
     if not keep_dense:
@@ -57,8 +67,10 @@ def pack_linear(module: nn.Linear, keep_dense: bool = False, packed: torch.Tenso
     return packed
 
 
-def pack_models(models: list[nn.Module]) -> int:
-    """Pack every Linear of these models once (shared modules are packed once). Returns the count."""
+def pack_models(models: list[nn.Module], dual: list[nn.Module] = ()) -> int:
+    """Pack every Linear of these models once (shared modules are packed once); the Linears of the
+    models in `dual` also keep a one-row copy. Returns the count."""
+    dual_ids = {id(mod) for m in dual for mod in m.modules()}
     embedding_ptrs = {p.data_ptr() for m in models for mod in m.modules()
                       if not isinstance(mod, nn.Linear) for p in mod.parameters(recurse=False)}
     linears = {id(mod): mod for m in models for mod in m.modules() if isinstance(mod, nn.Linear)}
@@ -72,8 +84,28 @@ def pack_models(models: list[nn.Module]) -> int:
         ptr = mod.weight.data_ptr()
         users[ptr] -= 1
         keep = ptr in embedding_ptrs or users[ptr] > 0
-        by_weight[ptr] = pack_linear(mod, keep_dense=keep, packed=by_weight.get(ptr))
+        by_weight[ptr] = pack_linear(mod, keep_dense=keep, packed=by_weight.get(ptr), dual=id(mod) in dual_ids)
     return len(by_weight)
+
+
+def linear_bytes(model: nn.Module) -> int:
+    return sum(m.weight.numel() * m.weight.element_size() for m in model.modules() if isinstance(m, nn.Linear))
+
+
+def room_for_dual(models: list[nn.Module], margin_bytes: int = 4 << 30) -> list[nn.Module]:
+    """The models, in order, whose Linears also get a one-row copy while `margin_bytes` stay free."""
+    try:
+        meminfo = Path("/proc/meminfo").read_text()
+    except OSError:
+        return []
+    free = next((int(line.split()[1]) * 1024 for line in meminfo.splitlines()
+                 if line.startswith("MemAvailable:")), 0) - margin_bytes
+    out = []
+    for m in models:
+        if linear_bytes(m) <= free:
+            free -= linear_bytes(m)
+            out.append(m)
+    return out
 
 
 # ---------------------------------------------------------------- choosing kernels

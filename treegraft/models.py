@@ -30,7 +30,7 @@ from transformers import (
 from .chunks import GGUF_MODELS, cache_home, gguf_model_dir
 from .eagle import FeatureDrafter
 from .errors import ModelLoadError
-from .fastpath import choose_kernels, largest_linear, pack_models
+from .fastpath import choose_kernels, largest_linear, pack_models, room_for_dual
 from .lookup import NgramDrafter
 from .trios import trio_spec
 
@@ -346,7 +346,9 @@ def load_trio(target: str | None = None, weak: str | None = None, strong: str | 
     models = [tgt, drafters["weak"], drafters["strong"]]
     chosen = choose_kernels(kernels, dev, dt, largest_linear(tgt))
     if chosen == "packed":
-        pack_models(models)
+        # One-row forwards (plain decoding, a chain drafter) get their own layout when memory allows
+        # (treegraft.fastpath); the target first, then the strong drafter.
+        pack_models(models, dual=room_for_dual([tgt, drafters["strong"], drafters["weak"]]))
     named = trio if (target, weak, strong) == (spec.target, spec.weak, spec.strong) else "custom"
     return Trio(tgt, drafters["weak"], drafters["strong"], tok, dev, dt, names, named, chosen)
 
