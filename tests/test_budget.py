@@ -4,7 +4,7 @@ import pytest
 
 from tiny import ids, tiny_trio
 from treegraft import costs
-from treegraft.budget import choose_budget, forward_ms
+from treegraft.budget import another_level_pays, choose_budget, forward_ms
 from treegraft.engine import Engine, GenConfig
 from treegraft.tree import ROOT, DraftTree
 
@@ -36,12 +36,23 @@ def test_flat_curve_sends_everything_steep_curve_sends_only_sure_nodes():
     assert choose_budget(tree, flat, 0.0, 64, 2)[0] == 2      # so does the depth
 
 
+def test_another_level_pays_only_when_cheap_and_likely():
+    tree = chain([-0.05, -0.1])                       # a sure chain: the next token is likely too
+    frontier = [1]
+    flat = {1: 10.0, 64: 10.0}
+    assert another_level_pays(tree, frontier, flat, 0.02, 0.001, 64, 10)      # a free level always pays
+    assert not another_level_pays(tree, frontier, flat, 0.02, 1.0, 64, 10)    # a level of 100 target steps never
+    doubt = chain([-2.0, -4.0])                       # hopeless already: another level adds ~nothing
+    assert not another_level_pays(doubt, [1], flat, 0.02, 0.005, 64, 10)
+    assert not another_level_pays(tree, [], flat, 0.02, 0.001, 64, 10)
+
+
 def test_auto_budget_is_lossless_and_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("TREEGRAFT_HOME", str(tmp_path))
     trio = tiny_trio("perturbed", "copy")
     prompt = [5, 17, 33, 2, 9]
     ref = trio.target.generate(ids(prompt), max_new_tokens=20, do_sample=False, min_new_tokens=0)[0, 5:].tolist()
-    for method in ("tree-weak", "treegraft"):
+    for method in ("tree-weak", "tree-strong", "treegraft"):
         engine = Engine(trio, GenConfig(method=method, policy="always", max_new_tokens=20, budget=64, auto_budget=True))
         records = list(engine.generate(prompt))
         assert engine.new_tokens == ref

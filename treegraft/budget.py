@@ -40,3 +40,20 @@ def choose_budget(tree: DraftTree, curve: dict[int, float], spent_s: float, max_
         if rate > best_rate:
             best_n, best_rate = n, rate
     return best_n, best_rate
+
+
+def another_level_pays(tree: DraftTree, parents: list[int], curve: dict[int, float], spent_s: float,
+                       level_s: float, max_budget: int, max_depth: int) -> bool:
+    """Hardware-aware depth: is expanding `parents` one more drafter level worth its time?
+
+    The level costs about what the last one did (level_s). It adds, per parent, about the parent's
+    path probability times its own conditional one again (a drafter as sure of the next token as it
+    was of this one; siblings are disjoint, so the sum stays <= 1). Expand only if that raises the
+    expected tokens per second at the best N, verification of the bigger tree included."""
+    n, rate = choose_budget(tree, curve, spent_s, max_budget, max_depth)
+    if rate <= 0.0 or not parents:
+        return bool(parents)
+    gain = rate * (spent_s + forward_ms(curve, n + 1) / 1e3)
+    extra = sum(math.exp(min(0.0, tree.nodes[i].value + tree.nodes[i].score)) for i in parents)
+    grown = min(max_budget, n + len(parents))
+    return (gain + extra) / (spent_s + level_s + forward_ms(curve, grown + 1) / 1e3) > rate

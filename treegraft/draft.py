@@ -40,8 +40,9 @@ def expand(runner: Runner, tree: DraftTree, parents: list[int], root_pos: int, k
 
 
 def draft_tree(runner: Runner, seq: list[int], depth: int, topk: int, width: int | None = None,
-               role: str = "weak", origin: str | None = None) -> tuple[DraftTree, int]:
-    """Build a drafter's candidate pool below the root seq[-1]. Returns (tree, drafter forwards)."""
+               role: str = "weak", origin: str | None = None, more=None) -> tuple[DraftTree, int]:
+    """Build a drafter's candidate pool below the root seq[-1]. Returns (tree, drafter forwards).
+    `more(tree, parents)`, if given, may stop before a level (the hardware-aware depth)."""
     origin = origin or role
     width = width or topk
     tree = DraftTree()
@@ -52,8 +53,9 @@ def draft_tree(runner: Runner, seq: list[int], depth: int, topk: int, width: int
     forwards = 1
     for d in range(1, depth):
         frontier = [n.id for n in tree.nodes if n.depth == d and n.expanded_by is None]
-        if not frontier:
+        parents = tree.top(width, frontier)
+        if not parents or (more is not None and not more(tree, parents)):
             break
-        expand(runner, tree, tree.top(width, frontier), root_pos, topk, origin, role)
+        expand(runner, tree, parents, root_pos, topk, origin, role)
         forwards += 1
     return tree, forwards

@@ -9,14 +9,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .budget import choose_budget
+from .budget import another_level_pays, choose_budget
 from .costs import target_curve
 from .draft import draft_tree
 from .graft import GraftConfig, recover, reselect, rescore, graft
 from .kv import make_runner
 from .models import Trio, sync
 from .record import StepRecord
-from .schedule import Decision, History, Policy, features, make_policy
+from .schedule import Decision, History, Policy, features, make_policy, scheduler_for
 from .tree import DraftTree, select
 from .verify import accept_greedy, accept_sample, target_probs
 
@@ -73,6 +73,11 @@ class Clock:
         sync(device)
         self.t = time.perf_counter()
 
+    def elapsed(self) -> float:
+        """Seconds since the step began (all phases so far plus the running one)."""
+        sync(self.device)
+        return sum(self.times.values()) + (time.perf_counter() - self.t)
+
     def lap(self, phase: str) -> float:
         sync(self.device)
         now = time.perf_counter()
@@ -89,8 +94,8 @@ class Engine:
         self.target = make_runner(trio.target, "target")
         self.weak = make_runner(trio.weak, "weak", features_from=self.target)
         self.strong = make_runner(trio.strong, "strong", features_from=self.target)
-        self.policy = policy or (make_policy(cfg.policy, cfg.every_k, cfg.scheduler_path)
-                                 if cfg.method == "treegraft" else None)
+        scheduler = cfg.scheduler_path or scheduler_for(trio.trio)
+        self.policy = policy or (make_policy(cfg.policy, cfg.every_k, scheduler) if cfg.method == "treegraft" else None)
         self.generator = torch.Generator().manual_seed(cfg.seed)
         self.curve = target_curve(trio) if cfg.auto_budget and cfg.method != "ar" else None
         self.seq: list[int] = []
@@ -140,7 +145,8 @@ class Engine:
             tree, selected = DraftTree(), []
         else:
             drafter = self.strong if cfg.method == "tree-strong" else self.weak
-            tree, _ = draft_tree(drafter, seq, depth, cfg.topk, cfg.width, role=drafter.name)
+            tree, _ = draft_tree(drafter, seq, depth, cfg.topk, cfg.width, role=drafter.name,
+                                 more=self.more(depth, clock))
             clock.lap(f"draft_{drafter.name}")
             self.snap(rec, "weak pool" if drafter is self.weak else "strong pool", tree)
             if cfg.method == "treegraft":
@@ -161,8 +167,21 @@ class Engine:
         """N: fixed, or (auto) the most expected tokens per second on this machine's cost curve."""
         if self.curve is None:
             return self.cfg.budget
-        spent = sum(clock.times.values()) + (time.perf_counter() - clock.t)
-        return choose_budget(tree, self.curve, spent, self.cfg.budget, depth)[0]
+        return choose_budget(tree, self.curve, clock.elapsed(), self.cfg.budget, depth)[0]
+
+    def more(self, depth: int, clock: Clock, first_level_s: float | None = None):
+        """With --budget auto, a drafter level is run only if it pays (treegraft.budget); each level
+        is assumed to cost what the previous forward of the same drafter did (`first_level_s` for
+        the first, else the time since this call)."""
+        if self.curve is None:
+            return None
+        last = [clock.elapsed() - (first_level_s or 0.0)]
+
+        def pays(tree: DraftTree, parents: list[int]) -> bool:
+            now = clock.elapsed()
+            level_s, last[0] = now - last[0], now
+            return another_level_pays(tree, parents, self.curve, now, level_s, self.cfg.budget, depth)
+        return pays
 
     def decide(self, tree: DraftTree, depth: int, clock: Clock) -> Decision:
         feats = features(tree, self.history, depth)
@@ -180,7 +199,8 @@ class Engine:
         rec.stage_times["recover"] = clock.lap("draft_strong")
         self.snap(rec, "recovered", tree)
         points = reselect(tree, rows, g, depth)
-        graft(self.strong, tree, points, root_pos, g, depth)
+        graft(self.strong, tree, points, root_pos, g, depth,
+              more=self.more(depth, clock, first_level_s=rec.stage_times["rescore"]))
         rec.stage_times["graft"] = clock.lap("draft_strong")
         self.snap(rec, "grafted", tree)
         rec.strong_called = True

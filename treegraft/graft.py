@@ -108,13 +108,14 @@ def reselect(tree: DraftTree, rows: dict, cfg: GraftConfig, max_depth: int) -> l
 
 
 def graft(strong: Runner, tree: DraftTree, points: list[int], root_pos: int, cfg: GraftConfig,
-          max_depth: int) -> tuple[list[int], int]:
+          max_depth: int, more=None) -> tuple[list[int], int]:
     """Expand strong subtrees of depth h below the graft points, one batched forward per level.
+    `more(tree, parents)`, if given, may stop before a level (the hardware-aware depth).
     Returns (ids of nodes touched by the graft, strong forwards)."""
     frontier, touched, forwards = list(points), [], 0
     for _ in range(cfg.graft_h):
         frontier = [i for i in frontier if tree.nodes[i].depth < max_depth]
-        if not frontier:
+        if not frontier or (more is not None and not more(tree, frontier)):
             break
         logp = torch.log_softmax(strong.forward_nodes(tree, frontier, root_pos), dim=-1)
         forwards += 1
