@@ -163,7 +163,12 @@ def test_method_specs_take_graft_overrides():
     assert [m.label for m in ms] == ["treegraft:always[graft_g=0,blend=0]", "tree-weak", "treegraft:never[recover_k=1]"]
     assert ms[0].graft == {"graft_g": 0, "blend": 0.0} and isinstance(ms[0].graft["blend"], float)
     assert ms[1].graft == {}
-    for bad, message in (("treegraft[graft_q=1]", "unknown TreeGraft knob 'graft_q'"),
+    ms = parse_methods("tree-strong[depth=3,budget=auto],treegraft:always[budget=8,topk=2,graft_h=3]", "never")
+    assert ms[0].tree == {"depth": 3, "budget": 64, "auto_budget": True} and ms[0].graft == {}
+    assert ms[1].tree == {"budget": 8, "auto_budget": False, "topk": 2} and ms[1].graft == {"graft_h": 3}
+    for bad, message in (("treegraft[graft_q=1]", "unknown knob 'graft_q'"),
+                         ("tree-weak[budget=many]", "budget takes an integer or 'auto'"),
+                         ("tree-weak[depth=0]", "depth must be an integer in [1, 32]"),
                          ("treegraft[blend=2]", "blend must be in"),
                          ("treegraft[graft_g=x]", "graft_g takes a int"),
                          ("assisted[graft_g=0]", "engine methods only"),

@@ -6,8 +6,9 @@ the linear speculative decoding most users would reach for; `pld` is Hugging Fac
 decoding (`generate(prompt_lookup_num_tokens=10)`), the linear twin of our `ngram` drafter. Hooks on the models count their forwards
 and time them, so every method reports tau and a per-phase time split in the same units.
 
-An engine method may end in GraftConfig overrides, an ablation: `treegraft:always[graft_g=0,blend=0]`
-(its label in results.csv is the whole spec)."""
+An engine method may end in overrides, an ablation: GraftConfig knobs and the tree's own (`budget`
+= an integer or `auto`, `depth`, `topk`, `width`), e.g. `treegraft:always[graft_g=0,blend=0]` or
+`tree-strong[depth=3,budget=auto]` (its label in results.csv is the whole spec)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import torch
 
 from ..engine import ConfigError, Engine, GenConfig
 from ..graft import GraftConfig
+from ..options import AUTO_CAP
 from ..models import Trio, sync
 from ..record import summarize
 from ..schedule import POLICIES
@@ -38,6 +40,7 @@ class Method:
     policy: str | None = None
     assistant: str | None = None  # "weak" or "strong" for assisted generation
     graft: dict = field(default_factory=dict)  # GraftConfig overrides: `...[graft_g=0,blend=0]`
+    tree: dict = field(default_factory=dict)   # GenConfig overrides: `...[budget=auto,depth=3]`
 
 
 def split_specs(spec: str) -> list[str]:
@@ -72,8 +75,8 @@ def parse_method(spec: str, default_policy: str) -> Method:
     m = parse_name(name, default_policy)
     if bracket:
         if m.engine is None:
-            raise ConfigError(f"{spec!r}: GraftConfig overrides apply to engine methods only")
-        m.graft = parse_knobs(spec, knobs)
+            raise ConfigError(f"{spec!r}: overrides apply to engine methods only")
+        m.graft, m.tree = parse_knobs(spec, knobs)
         m.label += "[" + ",".join("".join(kv.split()) for kv in knobs[:-1].split(",") if kv.strip()) + "]"
     return m
 
@@ -93,26 +96,44 @@ def parse_name(name: str, default_policy: str) -> Method:
                       f"[knob=value,...] (GraftConfig knobs)")
 
 
-def parse_knobs(spec: str, text: str) -> dict:
-    """'graft_g=0,blend=0]' -> {'graft_g': 0, 'blend': 0.0}, typed and range-checked by GraftConfig."""
+TREE_KNOBS = ("budget", "depth", "topk", "width")
+
+
+def parse_knobs(spec: str, text: str) -> tuple[dict, dict]:
+    """'graft_g=0,budget=auto]' -> ({'graft_g': 0}, {'budget': 64, 'auto_budget': True}): GraftConfig
+    overrides and GenConfig ones, typed and range-checked by their dataclasses."""
     if not text.endswith("]"):
         raise ConfigError(f"{spec!r}: the overrides must end with ']'")
-    base, out = GraftConfig(), {}
+    base, out, tree = GraftConfig(), {}, {}
     for kv in filter(None, (s.strip() for s in text[:-1].split(","))):
         key, _, val = kv.partition("=")
-        key = key.strip()
+        key, val = key.strip(), val.strip()
+        if key in TREE_KNOBS:
+            tree |= _tree_knob(spec, key, val)
+            continue
         if not hasattr(base, key):
-            raise ConfigError(f"unknown TreeGraft knob {key!r} in {spec!r}; choose from "
-                              f"{', '.join(f.name for f in dataclasses.fields(GraftConfig))}")
+            raise ConfigError(f"unknown knob {key!r} in {spec!r}; choose from "
+                              f"{', '.join([f.name for f in dataclasses.fields(GraftConfig)] + list(TREE_KNOBS))}")
         try:
-            out[key] = type(getattr(base, key))(val.strip())
+            out[key] = type(getattr(base, key))(val)
         except ValueError:
             raise ConfigError(f"{spec!r}: {key} takes a {type(getattr(base, key)).__name__}, got {val!r}") from None
     try:
         dataclasses.replace(base, **out).check()
-    except ValueError as e:
+        GenConfig(**{k: v for k, v in tree.items() if k != "auto_budget"}).check()
+    except (ValueError, ConfigError) as e:
         raise ConfigError(f"{spec!r}: {e}") from None
-    return out
+    return out, tree
+
+
+def _tree_knob(spec: str, key: str, val: str) -> dict:
+    if key == "budget" and val == "auto":
+        return {"budget": AUTO_CAP, "auto_budget": True}
+    try:
+        return {key: int(val)} | ({"auto_budget": False} if key == "budget" else {})
+    except ValueError:
+        what = "an integer or 'auto'" if key == "budget" else "an integer"
+        raise ConfigError(f"{spec!r}: {key} takes {what}, got {val!r}") from None
 
 
 # ---------------------------------------------------------------- one runner per method
@@ -124,6 +145,7 @@ class EngineRunner:
             over["policy"] = method.policy
         if method.graft:
             over["graft"] = dataclasses.replace(cfg.graft, **method.graft)
+        over |= method.tree
         self.engine = Engine(trio, dataclasses.replace(cfg, **over))
 
     def run(self, ids: list[int]) -> dict:
