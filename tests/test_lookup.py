@@ -55,3 +55,27 @@ def test_lookup_drafter_costs_no_model_forward_and_proposes_nothing_without_a_ma
     engine.start([11, 12, 13, 14])   # no repeated n-gram: nothing to look up
     rec = engine.step()
     assert rec.nodes == [] and rec.accept_len == 1
+
+
+def test_match_mass_is_calibrated_on_the_generation_itself():
+    from treegraft.kv import make_runner
+    from treegraft.lookup import NgramDrafter, prior_mass
+
+    copying = make_runner(NgramDrafter(vocab_size=50), "weak")
+    seq = [1, 2, 3, 4]
+    copying.catch_up(seq)                       # the prompt: not scored
+    for t in [1, 2, 3, 4] * 4:                  # the output repeats it: long matches continue
+        seq.append(t)
+        copying.catch_up(seq)
+    assert copying.mass_by_n()[4] > prior_mass(4) and sum(copying.tries.values()) > 0
+
+    wandering = make_runner(NgramDrafter(vocab_size=50), "weak")
+    seq = [5, 6]
+    wandering.catch_up(seq)
+    for t in [5, 7, 5, 8, 5, 9, 5, 10, 5, 11]:  # after 5 comes something new every time
+        seq.append(t)
+        wandering.catch_up(seq)
+    mass = wandering.mass_by_n()
+    assert mass[1] < prior_mass(1) / 2 and wandering.hits.get(1, 0) == 0
+    row = lookup_logp(np.array(seq), vocab=50, max_n=4, mass_by_n=mass)
+    assert row.exp().max() < 0.3                # so a 1-token match is no longer sent as a sure thing
