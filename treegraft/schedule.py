@@ -20,6 +20,13 @@ FEATURES = ("root_top1", "root_entropy", "pool_mass_top16", "best_value", "confi
             "recent_accept", "recent_strong_gain", "position")
 
 
+def scheduler_for(trio: str | None) -> Path:
+    """A named trio's own scheduler (assets/scheduler/<trio>/scheduler.json) if one ships, else the
+    default one (distilled on the smollm2 trio): a scheduler learns one pair's costs and agreement."""
+    own = ASSETS / "scheduler" / str(trio) / "scheduler.json"
+    return own if trio and own.exists() else DEFAULT_SCHEDULER
+
+
 def default_policy() -> str:
     """`learned` once a distilled scheduler ships, `always` until then."""
     return "learned" if DEFAULT_SCHEDULER.exists() else "always"

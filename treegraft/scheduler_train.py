@@ -26,6 +26,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from sklearn.linear_model import LogisticRegression, LogisticRegressionCV
+from sklearn.model_selection import GroupKFold, StratifiedKFold, cross_val_predict
 
 from .bench.methods import parse_methods
 from .bench.prompts import SUITES, load_suite
@@ -68,16 +70,27 @@ def benefit(rows: list[dict], cm: dict) -> np.ndarray:
     return np.array(out)
 
 
-def fit_logistic(X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray, l2=1e-2, steps=3000, lr=0.5):
-    """Plain gradient descent: a dozen features, a few thousand rows; no extra dependency."""
-    w, b = np.zeros(X.shape[1]), 0.0
-    sw = sample_weight / sample_weight.sum()
-    for _ in range(steps):
-        p = 1 / (1 + np.exp(-(X @ w + b)))
-        g = p - y
-        w -= lr * (X.T @ (sw * g) + l2 * w)
-        b -= lr * float(sw @ g)
-    return w, b
+def fit_logistic(X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray, groups: np.ndarray):
+    """scikit-learn logistic regression, its L2 strength chosen by cross-validation over prompts
+    (GroupKFold: a prompt's steps never straddle folds), then Platt-calibrated on out-of-fold scores
+    so p is a frequency; the calibration is a 1-D logistic, so it folds into (w, b) and the shipped
+    model stays one dot product. Returns (w, b) on the standardised features."""
+    if len(set(y.tolist())) < 2:  # the oracle always (or never) calls: nothing to separate
+        p = float(np.clip(y.mean(), 1e-3, 1 - 1e-3))
+        return np.zeros(X.shape[1]), float(np.log(p / (1 - p)))
+    folds = min(5, len(set(groups.tolist())))
+    splits = list(GroupKFold(folds).split(X, y, groups)) if folds >= 2 else []
+    if not splits or any(len(set(y[tr].tolist())) < 2 for tr, _ in splits):
+        splits = list(StratifiedKFold(min(5, int(min(y.sum(), len(y) - y.sum()))) or 2).split(X, y))
+    cv = LogisticRegressionCV(Cs=10, l1_ratios=(0.0,), cv=splits, scoring="neg_log_loss", max_iter=5000,
+                              use_legacy_attributes=False)
+    cv.fit(X, y, sample_weight=sample_weight)
+    base = LogisticRegression(C=float(np.ravel(cv.C_)[0]), max_iter=5000)
+    oof = cross_val_predict(base, X, y, cv=splits, method="decision_function",
+                            params={"sample_weight": sample_weight})
+    platt = LogisticRegression(C=1e4, max_iter=5000).fit(oof[:, None], y)
+    a, b0 = float(platt.coef_[0, 0]), float(platt.intercept_[0])
+    return np.ravel(cv.coef_) * a, float(np.ravel(cv.intercept_)[0]) * a + b0
 
 
 def throughput(rows: list[dict], calls: np.ndarray, cm: dict) -> float:
@@ -102,7 +115,8 @@ def train(rows: list[dict], holdout: float = 0.3, seed: int = 0) -> tuple[dict, 
     X_te = np.array([[r["features"][f] for f in FEATURES] for r in te])
     mean, std = X_tr.mean(0), X_tr.std(0) + 1e-6
     # Weight each step by how much the decision matters (|delta|): a wrong call on a near-tie costs little.
-    w, b = fit_logistic((X_tr - mean) / std, (d_tr > 0).astype(float), np.abs(d_tr) + 1e-3)
+    w, b = fit_logistic((X_tr - mean) / std, (d_tr > 0).astype(int), np.abs(d_tr) + 1e-3,
+                        np.array([r["prompt_id"] for r in tr]))
     p_te = 1 / (1 + np.exp(-(((X_te - mean) / std) @ w + b)))
     grid = np.unique(np.concatenate([[0.0, 1.0], np.quantile(p_te, np.linspace(0, 1, 41))]))
     scores = [(throughput(te, p_te > t, cm), -abs(t - 0.5), t) for t in grid]
