@@ -7,7 +7,7 @@ import torch
 
 from tiny import ids, tiny_trio
 from treegraft.engine import Engine, GenConfig
-from treegraft.schedule import DEFAULT_SCHEDULER, FEATURES, LearnedPolicy
+from treegraft.schedule import DEFAULT_SCHEDULER, FEATURES, LearnedPolicy, scheduler_for
 from treegraft.scheduler_train import train
 from treegraft.models import save_json
 
@@ -52,10 +52,14 @@ def test_train_writes_an_artifact_that_reproduces_its_predictions(rows, tmp_path
     assert "agreement with the oracle" in report
 
 
-@pytest.mark.skipif(not DEFAULT_SCHEDULER.exists(), reason="no shipped scheduler yet")
-def test_shipped_scheduler_reproduces_recorded_predictions():
-    art = json.loads(DEFAULT_SCHEDULER.read_text())
-    policy = LearnedPolicy.load()
+@pytest.mark.parametrize("trio", ["smollm2", "qwen-coder"])
+def test_shipped_scheduler_reproduces_recorded_predictions(trio):
+    path = scheduler_for(trio)
+    if not path.exists():
+        pytest.skip("no shipped scheduler yet")
+    assert trio == "smollm2" or path != DEFAULT_SCHEDULER  # each shipped pair has its own
+    art = json.loads(path.read_text())
+    policy = LearnedPolicy.load(path)
     assert len(art["test_vectors"]) >= 4
     for tv in art["test_vectors"]:
         assert policy.prob(tv["features"]) == pytest.approx(tv["prob"], abs=1e-12)
