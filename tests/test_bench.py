@@ -141,6 +141,28 @@ def test_rows_are_consistent(full_run):
     assert "plotly" in report and "<script src=" not in report  # inline plotly.js: opens offline
 
 
+def test_provenance_counts_add_up_to_accepted_draft_tokens(full_run):
+    df, _ = load_results(full_run)
+    outputs = [json.loads(line) for line in (full_run / "outputs.jsonl").read_text().splitlines()]
+    for o in outputs:
+        row = df[(df["prompt_id"] == o["prompt_id"]) & (df["method"] == o["method"])].iloc[0]
+        if o["method"].startswith("assisted"):
+            assert o["provenance"] is None  # HF's generate has no tree to attribute
+            continue
+        prov = o["provenance"]
+        accepted = sum(acc for depths in prov.values() for _, acc in depths.values())
+        # every token beyond the bonus (one per forward) is an accepted draft node; a cut at
+        # max_new_tokens can only drop some
+        assert accepted >= row["new_tokens"] - row["target_forwards"]
+        assert all(acc <= sent for depths in prov.values() for sent, acc in depths.values())
+        if o["method"] == "treegraft:never":
+            assert set(prov) <= {"weak"}
+        if o["method"] == "tree-strong":
+            assert set(prov) <= {"strong"}
+    table = (full_run / "provenance.md").read_text()
+    assert "## treegraft:always" in table and "| weak |" in table
+
+
 def test_accept_lens_and_chain_size_from_hooks():
     # prompt 5 tokens; calls see caches of 0, 6, 9 tokens; 8 new tokens in all
     assert accept_lens([0, 6, 9], prompt_len=5, new=8) == [2, 3, 3]

@@ -90,7 +90,7 @@ def test_generate_json_contract(capsys):
 
 @pytest.mark.parametrize("argv,message", [
     (["bench", "--suite", "nq", "--methods", "ar,treegraft:always[blend=2]"], "blend must be in [0, 1]"),
-    (["scheduler", "compare", "--methods", "tree-weak,treegraft[graft_q=1]"], "unknown TreeGraft knob 'graft_q'"),
+    (["scheduler", "compare", "--methods", "tree-weak,treegraft[graft_q=1]"], "unknown knob 'graft_q'"),
 ])
 def test_bad_method_specs_exit_2_before_loading_models(capsys, argv, message):
     rc = main(argv)

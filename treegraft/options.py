@@ -39,9 +39,10 @@ def trio_from_args(a) -> Trio:
 def add_tree_args(p: argparse.ArgumentParser) -> None:
     d = GenConfig()
     g = p.add_argument_group("tree and TreeGraft")
-    g.add_argument("--budget", type=budget_arg, default=d.budget,
-                   help=f"nodes sent to the target (N), or 'auto': per step, the N <= {AUTO_CAP} with the most "
-                        "expected tokens per second on this machine's measured cost curve")
+    g.add_argument("--budget", type=budget_arg, default="auto",
+                   help=f"nodes sent to the target (N), or 'auto' (the default): per step, the N <= {AUTO_CAP} "
+                        "with the most expected tokens per second on this machine's measured cost curve, and "
+                        "drafter levels only while they pay")
     g.add_argument("--depth", type=int, default=d.depth, help="maximum tree depth (D)")
     g.add_argument("--topk", type=int, default=d.topk, help="children per expanded node (k)")
     g.add_argument("--width", type=int, default=None, help="frontier nodes expanded per level (default: topk)")

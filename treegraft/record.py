@@ -66,22 +66,42 @@ def summarize(records: list[StepRecord], wall_s: float | None = None) -> dict:
             "mean_tree_size": (sum(len(r.selected) for r in records) / forwards) if forwards else 0.0}
 
 
-def provenance_summary(rec: StepRecord) -> dict:
-    """What the strong drafter changed in one step, and where the step's tokens came from.
+KINDS = ("weak", "rescored", "graft", "recovered", "strong")
 
-    Provenance of a node: its origin when the strong drafter proposed it (`graft`, `recovered`,
+
+def prov(n: dict) -> str:
+    """A node's provenance: its origin when the strong drafter proposed it (`graft`, `recovered`,
     `strong` for tree-strong), else `rescored` if the strong drafter rescored the weak proposal,
-    else `weak`. Returns counts over the final pool, the nodes sent to the target and the accepted
+    else `weak`."""
+    if n.get("origin") in ("graft", "recovered", "strong"):
+        return n["origin"]
+    return "rescored" if n.get("rescored") else "weak"
+
+
+def provenance_by_depth(records: list[StepRecord]) -> dict:
+    """Over a generation: {provenance: {depth: [sent to the target, accepted]}} (accepted = on the
+    accepted path, before any cut by eos or max_new_tokens)."""
+    out: dict = {}
+    for rec in records:
+        by_id = {n["id"]: n for n in rec.nodes}
+        accepted = set(rec.accepted)
+        for i in rec.selected:
+            n = by_id.get(i)
+            if n is None:
+                continue
+            cell = out.setdefault(prov(n), {}).setdefault(n["depth"], [0, 0])
+            cell[0] += 1
+            cell[1] += i in accepted
+    return out
+
+
+def provenance_summary(rec: StepRecord) -> dict:
+    """What the strong drafter changed in one step, and where the step's tokens came from (provenance:
+    see `prov`). Returns counts over the final pool, the nodes sent to the target and the accepted
     path, the accepted tokens' provenance by depth, and the step's token arithmetic: accepted draft
     tokens kept + bonus = tokens, where eos or max_new_tokens may cut the accepted path and drop the
     bonus (then `cut` is True)."""
-    kinds = ("weak", "rescored", "graft", "recovered", "strong")
-
-    def prov(n: dict) -> str:
-        if n.get("origin") in ("graft", "recovered", "strong"):
-            return n["origin"]
-        return "rescored" if n.get("rescored") else "weak"
-
+    kinds = KINDS
     by_id = {n["id"]: n for n in rec.nodes}
     selected = set(rec.selected)
     kept = min(len(rec.accepted), len(rec.new_tokens))

@@ -24,7 +24,7 @@ from ..engine import ConfigError, Engine, GenConfig
 from ..graft import GraftConfig
 from ..options import AUTO_CAP
 from ..models import Trio, sync
-from ..record import summarize
+from ..record import provenance_by_depth, summarize
 from ..schedule import POLICIES
 
 ENGINE_METHODS = ("ar", "tree-weak", "tree-strong")
@@ -166,7 +166,8 @@ def engine_stats(records, wall: float, new: list[int]) -> dict:
             "weak_forwards": sum(r.forwards.get("weak", 0) for r in records),
             "strong_forwards": sum(r.forwards.get("strong", 0) for r in records),
             "strong_calls": s["strong_calls"], "mean_tree_size": s["mean_tree_size"],
-            "accept_lens": [r.accept_len for r in records], "phases": dict(phases), "oracle_extra_s": extra}
+            "accept_lens": [r.accept_len for r in records], "phases": dict(phases), "oracle_extra_s": extra,
+            "provenance": provenance_by_depth(records)}
 
 
 class AssistedRunner:

@@ -77,3 +77,30 @@ def write_report(out: Path, df: pd.DataFrame, summary: pd.DataFrame, config: dic
                    f"</head><body style='font-family:sans-serif'>{body}</body></html>", encoding="utf-8")
     tmp.replace(path)
     return path
+
+
+def provenance_markdown(outputs: dict) -> str:
+    """Acceptance of drafted nodes by provenance and depth, pooled over prompts, per engine method:
+    each cell 'accepted / sent (rate)'. `outputs`: load_outputs' {(prompt, method): object}."""
+    pooled: dict = {}
+    for (_, method), obj in outputs.items():
+        for kind, depths in (obj.get("provenance") or {}).items():
+            for d, (sent, acc) in depths.items():
+                cell = pooled.setdefault(method, {}).setdefault(kind, {}).setdefault(int(d), [0, 0])
+                cell[0] += sent
+                cell[1] += acc
+    lines = ["# Where accepted tokens came from", "",
+             "Nodes sent to the target by provenance (weak = the weak drafter's, rescored = weak but rescored",
+             "by the strong drafter, graft / recovered = proposed by the strong drafter inside TreeGraft,",
+             "strong = tree-strong's) and depth; each cell: accepted / sent (acceptance rate).", ""]
+    for method in sorted(pooled):
+        depths = sorted({d for kinds in pooled[method].values() for d in kinds})
+        lines += [f"## {method}", "", "| provenance | " + " | ".join(f"depth {d}" for d in depths) + " | all |",
+                  "|---|" + "---|" * (len(depths) + 1)]
+        for kind, cells in sorted(pooled[method].items()):
+            row = [f"{cells[d][1]}/{cells[d][0]} ({cells[d][1] / cells[d][0]:.0%})" if cells.get(d, [0])[0] else ""
+                   for d in depths]
+            sent, acc = sum(c[0] for c in cells.values()), sum(c[1] for c in cells.values())
+            lines.append(f"| {kind} | " + " | ".join(row) + f" | {acc}/{sent} ({acc / max(1, sent):.0%}) |")
+        lines.append("")
+    return "\n".join(lines)

@@ -19,8 +19,8 @@ from ..models import Trio
 from ..options import encode_prompt
 from .methods import Method, make_runner, parse_methods
 from .prompts import Prompt
-from .report import write_report
-from .store import (CONFIG, PHASE_COLUMNS, append_output, append_row, check_config, read_rows,
+from .report import provenance_markdown, write_report
+from .store import (CONFIG, PHASE_COLUMNS, append_output, append_row, check_config, load_outputs, read_rows,
                     results_frame, summarize, write_summary)
 
 Progress = Callable[[int, int, dict], None]  # (rows done, rows in the run, the row just written)
@@ -57,7 +57,8 @@ def run_bench(trio: Trio, prompts: list[Prompt], methods: list[str] | str, cfg: 
             if m.label == "ar":
                 ar[p.id] = (row["wall_s"], row["output_sha1"])
             append_output(out, {"prompt_id": p.id, "method": m.label, "token_ids": stats["token_ids"],
-                                "text": decode(trio, stats["token_ids"])})
+                                "text": decode(trio, stats["token_ids"]),
+                                "provenance": stats.get("provenance")})
             append_row(out, row)  # synced before anyone hears it finished
             pbar.set_postfix_str(f"{p.id} {m.label} {row['tokens_per_s']:.1f} tok/s", refresh=False)
             pbar.update(1)
@@ -68,11 +69,12 @@ def run_bench(trio: Trio, prompts: list[Prompt], methods: list[str] | str, cfg: 
 
 
 def finish(out: Path) -> pd.DataFrame:
-    """summary.csv and report.html from whatever rows results.csv holds."""
+    """summary.csv, report.html and provenance.md from whatever rows results.csv holds."""
     df = results_frame(out)
     if len(df):
         summary = write_summary(out)
         write_report(out, df, summary, json.loads((out / CONFIG).read_text()))
+        (out / "provenance.md").write_text(provenance_markdown(load_outputs(out)))
     return df
 
 
