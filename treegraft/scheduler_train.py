@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression, LogisticRegressionCV
 from sklearn.model_selection import GroupKFold, StratifiedKFold, cross_val_predict
 
@@ -41,22 +42,34 @@ from .schedule import DEFAULT_SCHEDULER, FEATURES, LearnedPolicy
 # ---------------------------------------------------------------- cost model, labels, logistic fit
 
 def fit_cost_model(rows: list[dict]) -> dict:
-    """Seconds as a function of work, least squares over the measured oracle steps:
-    verify = a + b * nodes; strong = c * strong forwards; weak draft = mean."""
+    """Seconds as a function of work over the measured oracle steps: verification as a monotone
+    (isotonic) function of the nodes sent, fitted to the median per node count, since a CPU's curve jumps from 0 to 2 nodes and then
+    flattens, which a straight line misreads (on qwen-coder a least-squares line put the cost of
+    sending nothing at 1.18 s against 0.47 s measured); strong = c * strong forwards (least squares
+    through 0); weak draft = median. Stored as a table verify_s_by_nodes[n] for n = 0 .. max seen."""
     n = np.array([r["n0"] for r in rows] + [r["n1"] for r in rows], float)
     v = np.array([r["verify0_s"] for r in rows] + [r["verify1_s"] for r in rows], float)
-    A = np.stack([np.ones_like(n), n], 1)
-    (a, b), *_ = np.linalg.lstsq(A, v, rcond=None)
+    # Medians per node count first: a step's verification may include a long catch-up (the prompt,
+    # on the first step), outliers a mean-based fit would follow.
+    ks = np.unique(n)
+    med = np.array([np.median(v[n == k]) for k in ks])
+    iso = IsotonicRegression(increasing=True, out_of_bounds="clip").fit(ks, med, sample_weight=[(n == k).sum() for k in ks])
     f = np.array([r["strong_forwards"] for r in rows], float)
     s = np.array([r["refine_s"] for r in rows], float)
     c = float((f @ s) / max(1e-9, f @ f))
-    return {"verify_base_s": float(a), "verify_per_node_s": float(b), "strong_per_forward_s": c,
+    table = iso.predict(np.arange(int(n.max()) + 1, dtype=float))
+    return {"verify_s_by_nodes": [float(x) for x in table], "strong_per_forward_s": c,
             "weak_draft_s": float(np.median([r["weak_s"] for r in rows]))}
 
 
+def verify_cost(cm: dict, nodes: int) -> float:
+    table = cm["verify_s_by_nodes"]
+    return table[min(max(0, int(nodes)), len(table) - 1)]
+
+
 def model_costs(r: dict, cm: dict) -> tuple[float, float]:
-    c0 = cm["weak_draft_s"] + cm["verify_base_s"] + cm["verify_per_node_s"] * r["n0"]
-    c1 = c0 + cm["strong_per_forward_s"] * r["strong_forwards"] + cm["verify_per_node_s"] * (r["n1"] - r["n0"])
+    c0 = cm["weak_draft_s"] + verify_cost(cm, r["n0"])
+    c1 = cm["weak_draft_s"] + cm["strong_per_forward_s"] * r["strong_forwards"] + verify_cost(cm, r["n1"])
     return c0, c1
 
 
@@ -162,8 +175,10 @@ def render_report(art: dict) -> str:
               "| feature | weight | mean | std |", "|---|---|---|---|"]
     lines += [f"| {f} | {w:+.3f} | {m:.3f} | {s:.3f} |"
               for f, w, m, s in zip(art["features"], art["weights"], art["mean"], art["std"])]
-    lines += ["", f"Bias {art['bias']:+.3f}. Cost model (seconds): "
-              + ", ".join(f"{k} {v:.4f}" for k, v in r["cost_model"].items())]
+    cm = r["cost_model"]
+    lines += ["", f"Bias {art['bias']:+.3f}. Cost model (seconds, isotonic in the nodes sent): verify with "
+              + ", ".join(f"{n} nodes {v:.3f}" for n, v in enumerate(cm["verify_s_by_nodes"]))
+              + f"; strong per forward {cm['strong_per_forward_s']:.4f}; weak draft {cm['weak_draft_s']:.4f}"]
     return "\n".join(lines) + "\n"
 
 
