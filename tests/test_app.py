@@ -436,3 +436,16 @@ def test_models_section_offers_the_named_trios():
     box = at.selectbox(key="w_trio")
     assert box.value == "smollm2" and set(box.options) == {"smollm2", "qwen-coder"}
     clean(at)
+
+
+def test_auto_budget_checkbox_sizes_the_tree_to_the_machine(tmp_path, monkeypatch):
+    monkeypatch.setenv("TREEGRAFT_HOME", str(tmp_path))  # its cost curve is measured into a fresh cache
+    at = fresh(max_new_tokens=4)
+    at.checkbox(key="w_auto_budget").check().run()
+    at.button(key="step").click().run()
+    clean(at)
+    run = at.session_state["run"]
+    assert run.cfg.auto_budget and run.cfg.budget == 16  # Budget N stays the cap
+    rec = run.records[-1]
+    assert rec.budget is not None and len(rec.selected) <= rec.budget <= 16
+    assert list((tmp_path / "profiles").glob("*.json"))

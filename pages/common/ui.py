@@ -77,7 +77,7 @@ def defaults() -> dict:
             # (rescored, recovered, grafted nodes) is on screen from the first Step. The distilled
             # scheduler (`learned`, the CLI's default) is one click away in the sidebar.
             "method": "treegraft", "policy": APP_POLICY, "every_k": 2,
-            "budget": 16, "depth": 6, "topk": 4, "max_new_tokens": 64,
+            "budget": 16, "auto_budget": False, "depth": 6, "topk": 4, "max_new_tokens": 64,
             "temperature": 0.0, "top_p": 1.0, "seed": 0,
             "rescore_m": g.rescore_m, "recover_k": g.recover_k, "graft_g": g.graft_g, "graft_h": g.graft_h,
             "graft_k": g.graft_k, "blend": g.blend}
@@ -157,6 +157,10 @@ def settings_sidebar(page: str) -> dict:
         _widget(st.number_input, "every k (for every-k)", "every_k", seed, step=1, min_value=1)
         # No min/max here on purpose: the engine's own check explains an impossible value.
         _widget(st.number_input, "Budget N (tree nodes sent to the target)", "budget", seed, step=1)
+        _widget(st.checkbox, "Size the tree to this machine (auto)", "auto_budget", seed,
+                help="per step, the N (at most Budget N) and the drafter levels with the most expected "
+                     "tokens per second on this machine's measured cost curve (the command line's "
+                     "default); the first use measures the curve (seconds)")
         _widget(st.number_input, "Depth D (tokens)", "depth", seed, step=1)
         _widget(st.number_input, "Top-k children per node", "topk", seed, step=1)
         _widget(st.number_input, "Max new tokens", "max_new_tokens", seed, step=8)
@@ -186,9 +190,10 @@ def validate(s: dict, prompt: str) -> GenConfig:
 
 
 def make_config(s: dict, **override) -> GenConfig:
-    graft = GraftConfig(int(s["rescore_m"]), int(s["recover_k"]), int(s["graft_g"]), int(s["graft_h"]),
-                        int(s["graft_k"]), float(s["blend"]))
+    graft = GraftConfig(rescore_m=int(s["rescore_m"]), recover_k=int(s["recover_k"]), graft_g=int(s["graft_g"]),
+                        graft_h=int(s["graft_h"]), graft_k=int(s["graft_k"]), blend=float(s["blend"]))
     cfg = GenConfig(method=s["method"], max_new_tokens=int(s["max_new_tokens"]), budget=int(s["budget"]),
+                    auto_budget=bool(s.get("auto_budget", False)),
                     depth=int(s["depth"]), topk=int(s["topk"]), temperature=float(s["temperature"]),
                     top_p=float(s["top_p"]), seed=int(s["seed"]), policy=s["policy"],
                     every_k=int(s["every_k"]), graft=graft, record_stages=True)
