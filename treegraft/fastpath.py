@@ -102,8 +102,9 @@ def room_for_dual(models: list[nn.Module], margin_bytes: int = 4 << 30) -> list[
                  if line.startswith("MemAvailable:")), 0) - margin_bytes
     out = []
     for m in models:
-        if linear_bytes(m) <= free:
-            free -= linear_bytes(m)
+        need = linear_bytes(m)
+        if need <= free:
+            free -= need
             out.append(m)
     return out
 

@@ -101,7 +101,6 @@ def provenance_summary(rec: StepRecord) -> dict:
     path, the accepted tokens' provenance by depth, and the step's token arithmetic: accepted draft
     tokens kept + bonus = tokens, where eos or max_new_tokens may cut the accepted path and drop the
     bonus (then `cut` is True)."""
-    kinds = KINDS
     by_id = {n["id"]: n for n in rec.nodes}
     selected = set(rec.selected)
     kept = min(len(rec.accepted), len(rec.new_tokens))
@@ -109,7 +108,7 @@ def provenance_summary(rec: StepRecord) -> dict:
     accepted = [by_id[i] for i in rec.accepted[:kept] if i in by_id]
 
     def count(nodes) -> dict:
-        out = dict.fromkeys(kinds, 0)
+        out = dict.fromkeys(KINDS, 0)
         for n in nodes:
             out[prov(n)] += 1
         return out

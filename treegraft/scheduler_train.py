@@ -43,9 +43,9 @@ from .schedule import DEFAULT_SCHEDULER, FEATURES, LearnedPolicy
 
 def fit_cost_model(rows: list[dict]) -> dict:
     """Seconds as a function of work over the measured oracle steps: verification as a monotone
-    (isotonic) function of the nodes sent, fitted to the median per node count, since a CPU's curve jumps from 0 to 2 nodes and then
-    flattens, which a straight line misreads (on qwen-coder a least-squares line put the cost of
-    sending nothing at 1.18 s against 0.47 s measured); strong = c * strong forwards (least squares
+    (isotonic) function of the nodes sent, fitted to the median per node count, since a CPU's curve
+    jumps from 0 to 2 nodes and then flattens, which a straight line misreads (on qwen-coder a
+    least-squares line put the cost of sending nothing at 1.18 s against 0.47 s measured); strong = c * strong forwards (least squares
     through 0); weak draft = median. Stored as a table verify_s_by_nodes[n] for n = 0 .. max seen."""
     n = np.array([r["n0"] for r in rows] + [r["n1"] for r in rows], float)
     v = np.array([r["verify0_s"] for r in rows] + [r["verify1_s"] for r in rows], float)
@@ -53,7 +53,8 @@ def fit_cost_model(rows: list[dict]) -> dict:
     # on the first step), outliers a mean-based fit would follow.
     ks = np.unique(n)
     med = np.array([np.median(v[n == k]) for k in ks])
-    iso = IsotonicRegression(increasing=True, out_of_bounds="clip").fit(ks, med, sample_weight=[(n == k).sum() for k in ks])
+    counts = [(n == k).sum() for k in ks]
+    iso = IsotonicRegression(increasing=True, out_of_bounds="clip").fit(ks, med, sample_weight=counts)
     f = np.array([r["strong_forwards"] for r in rows], float)
     s = np.array([r["refine_s"] for r in rows], float)
     c = float((f @ s) / max(1e-9, f @ f))
