@@ -118,3 +118,39 @@ def test_eval_reads_both_designs_back(setup, weak_dir, strong_dir):
     assert report["weak"]["cost_ratio"] > 0 and report["strong"]["cost_ratio"] > 0
     held = load_shard(setup["data"] / HELDOUT)
     assert len(held) == 6
+
+
+SKIP = ["--text-pool", "0", "--bottom", "1", "--top", "1", "--rank", "2", "--head", "40", "--batch-tokens", "128",
+        "--replay", "2"]
+
+
+@pytest.fixture(scope="module")
+def skip_dir(setup):
+    """A layer-skip drafter cut from another tiny model of the target's vocabulary (the base)."""
+    base_dir = setup["root"] / "base"
+    tiny_llama(3, layers=3).cpu().save_pretrained(base_dir, safe_serialization=True)
+    extra = ["--name", "skip", "--base", str(base_dir), *SKIP]
+    segment(setup, "skip-train", "skip", 2, *extra)
+    log = segment(setup, "skip-train", "skip", 2, *extra)  # each labelled batch makes --replay (2) steps
+    assert [s["step"] for s in log["starts"]] == [0, 2] and log["evals"][-1]["step"] == 4
+    out = setup["root"] / "drafters" / "skip"
+    assert main(["skip-export", *setup["common"], "--name", "skip", "--out", str(out)]) == 0
+    return out
+
+
+def test_skip_design_trains_resumes_exports_and_stays_lossless(setup, skip_dir):
+    from safetensors.torch import load_file
+    target = setup["target"]
+    meta = json.loads((skip_dir / "treegraft_drafter.json").read_text())
+    assert meta["kind"] == "skip" and meta["bottom"] == 1 and meta["top"] == 1
+    stored = load_file(str(skip_dir / "model.safetensors"))
+    assert not any("embed_tokens" in n or "proj.weight" in n for n in stored)  # the base's tensors stay in the base
+    weak = load_drafter(str(skip_dir), "weak", target, CPU, torch.float32)
+    assert weak.config.num_hidden_layers == 2
+    head = set(weak.lm_head.ids.tolist())
+    assert len(head) <= 40 + 1
+    with torch.no_grad():
+        top = weak(input_ids=torch.tensor([[5, 17, 33, 2, 9]])).logits[0].topk(3, -1).indices
+    assert set(top.flatten().tolist()) <= head     # a token outside the head is never proposed
+    lossless(target, weak, target, "tree-weak")
+    lossless(target, weak, load_drafter(str(skip_dir), "strong", target, CPU, torch.float32), "treegraft")

@@ -32,6 +32,7 @@ from .eagle import FeatureDrafter
 from .errors import ModelLoadError
 from .fastpath import choose_kernels, largest_linear, pack_models, room_for_dual
 from .lookup import NgramDrafter
+from . import skip
 from .trios import trio_spec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -212,6 +213,29 @@ def _load_feature_drafter(where: Path, target, device, dtype) -> torch.nn.Module
     return model.to(device, dtype).eval()
 
 
+def _load_skip_drafter(where: Path, info: dict, target, device, dtype) -> torch.nn.Module:
+    """A treegraft.skip drafter: its trained tensors from safetensors, everything else from its base model."""
+    from safetensors.torch import load_file
+    base = load_model(info["base"], torch.device("cpu"), torch.float32)
+    if base.config.vocab_size != target.config.vocab_size:
+        raise ModelLoadError(f"{where} is cut from {info['base']} (vocabulary {base.config.vocab_size}); this target "
+                             f"has {target.config.vocab_size}")
+    try:
+        model = skip.load(load_file(str(where / "model.safetensors")), info, base)
+    except (ValueError, KeyError) as e:
+        raise ModelLoadError(f"{where}: not a complete skip drafter ({e})") from e
+    del base
+    return model.to(device, dtype).eval()
+
+
+def drafter_tokenizer_spec(spec: str) -> str:
+    """What to check a drafter's vocabulary against: a skip drafter ships no tokenizer, its base does."""
+    where = ASSETS / "drafters" / spec.partition(":")[2] if spec.startswith("asset:") else Path(spec).expanduser()
+    meta = where / "treegraft_drafter.json"
+    info = json.loads(meta.read_text()) if meta.is_file() else {}
+    return info["base"] if info.get("kind") == "skip" else spec
+
+
 def load_drafter(spec: str, role: str, target, device, dtype) -> torch.nn.Module:
     """`default` means the distilled drafter in assets/drafters/<role>, or, if none ships yet,
     a clearly labelled randomly initialised model with the target's vocabulary.
@@ -227,8 +251,10 @@ def load_drafter(spec: str, role: str, target, device, dtype) -> torch.nn.Module
     where = ASSETS / "drafters" / role if shipped else Path(spec).expanduser()
     meta = where / "treegraft_drafter.json"
     info = json.loads(meta.read_text()) if meta.is_file() else {}
-    if info.get("kind") == "features":
-        model = _load_feature_drafter(where, target, device, dtype)
+    if info.get("kind") in ("features", "skip"):
+        load = _load_feature_drafter if info["kind"] == "features" else \
+            lambda *a: _load_skip_drafter(a[0], info, *a[1:])
+        model = load(where, target, device, dtype)
         model.treegraft_label = f"assets/drafters/{role}" if spec == "default" else spec
         return model
     if info.get("share_target_embeddings"):
@@ -332,8 +358,10 @@ def load_trio(target: str | None = None, weak: str | None = None, strong: str | 
         if which == "ngram":
             drafters[role] = load_lookup(tgt, dev, dt)
             continue
-        if which != "default" and not which.startswith("asset:") and not shares_target_rows(which, target):
-            check_vocab(tok, load_tokenizer(which, dt), f"the {role} drafter ({which})")
+        checked = drafter_tokenizer_spec(which)
+        if checked != which or which != "default" and not which.startswith("asset:") \
+                and not shares_target_rows(which, target):
+            check_vocab(tok, load_tokenizer(checked, dt), f"the {role} drafter ({which})")
         model = load_drafter(which, role, tgt, dev, dt)
         if which in GGUF_MODELS:
             model.treegraft_label = GGUF_MODELS[which].title

@@ -10,6 +10,8 @@ Phases, each resumable:
   export        design "lm": writes assets/drafters/<role>/ with a model card.
   eagle-train   design "features" (treegraft.distill.features): the drafter that reads the target's features.
   eagle-export  design "features": writes assets/drafters/<role>/ with a model card.
+  skip-train    design "skip" (treegraft.distill.skip): a few layers of a smaller LM of the target's family.
+  skip-export   design "skip": writes assets/drafters/<role>/ with a model card.
   eval          held-out top-1 agreement per category and per-token cost of the shipped drafters.
 
 The package: sources (where text comes from), shards (target-written data), loop (the one training
@@ -27,7 +29,7 @@ from pathlib import Path
 import torch
 
 from ..models import load_drafter, load_model
-from . import features, lm
+from . import features, lm, skip
 from .card import interleaved_ms
 from .loop import CKPT, heldout_agreement
 from .shards import DATA, HELDOUT, load_shard, phase_data
@@ -51,7 +53,8 @@ def phase_eval(args) -> None:
 
 
 PHASES = {"data": phase_data, "train": lm.phase_train, "export": lm.phase_export, "eval": phase_eval,
-          "eagle-train": features.phase_train, "eagle-export": features.phase_export}
+          "eagle-train": features.phase_train, "eagle-export": features.phase_export,
+          "skip-train": skip.phase_train, "skip-export": skip.phase_export}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -121,6 +124,29 @@ def build_parser() -> argparse.ArgumentParser:
                        help="write assets/drafters/<role>/ from a feature drafter checkpoint")
     e.add_argument("--name", default="strong-features")
     e.add_argument("--role", default="strong")
+    e.add_argument("--out", default=None, help="output directory (default: assets/drafters/<role>)")
+    t = sub.add_parser("skip-train", parents=[common],
+                       help="train a layer-skip drafter for --minutes, resuming from checkpoints/")
+    t.add_argument("--name", default="qwen-weak-skip")
+    t.add_argument("--base", default="qwen-coder-0.5b", help="the smaller LM whose layers the drafter keeps")
+    t.add_argument("--teacher", default=None, help="who labels the text (default: the base at full depth)")
+    t.add_argument("--bottom", type=int, default=2, help="early layers kept")
+    t.add_argument("--top", type=int, default=2, help="late layers kept")
+    t.add_argument("--rank", type=int, default=16, help="LoRA rank on the late layers")
+    t.add_argument("--head", type=int, default=16384, help="output rows: the most frequent next tokens")
+    t.add_argument("--lr", type=float, default=1e-3)
+    t.add_argument("--batch-tokens", type=int, default=2048)
+    t.add_argument("--replay", type=int, default=4, help="drafter updates per teacher-labelled batch")
+    t.add_argument("--text-pool", type=int, default=8000)
+    t.add_argument("--minutes", type=float, default=20)
+    t.add_argument("--plan-minutes", type=float, default=None)
+    t.add_argument("--steps", type=int, default=None, help="also stop the segment after this many optimizer steps")
+    t.add_argument("--eval-minutes", type=float, default=6)
+    t.add_argument("--checkpoint-minutes", type=float, default=3)
+    e = sub.add_parser("skip-export", parents=[common],
+                       help="write assets/drafters/<role>/ from a layer-skip drafter checkpoint")
+    e.add_argument("--name", default="qwen-weak-skip")
+    e.add_argument("--role", default="qwen-coder-weak")
     e.add_argument("--out", default=None, help="output directory (default: assets/drafters/<role>)")
     return ap
 

@@ -51,7 +51,8 @@ def write_weights(out: Path, model, tensors: dict, drafter_json: dict | None) ->
     for f in out.glob("*"):
         f.unlink()
     model.config.save_pretrained(out)
-    save_file({n: p.detach().half().contiguous() for n, p in tensors.items()}, str(out / "model.safetensors"),
+    save_file({n: (p.detach().half() if p.is_floating_point() else p.detach()).contiguous()  # ids stay integers
+               for n, p in tensors.items()}, str(out / "model.safetensors"),
               metadata={"format": "pt"})
     if drafter_json is not None:
         save_json(out / "treegraft_drafter.json", drafter_json)
@@ -114,13 +115,14 @@ def write_card(out: Path, *, role: str, target: str, log: dict, cost: dict, desi
 
 
 def export(args, role_dir: Path, build: Callable, trainable: Callable, shipped: Callable, card: Callable,
-           subtitle: str = "") -> None:
+           subtitle: str = "", measure: Callable | None = None) -> None:
     """The export phase of every design: rebuild the model that role_dir/design.json describes, load
     its latest checkpoint, write the weights to --out (default assets/drafters/<role>), measure its
     per-token cost against the target's, write the model card.
     build(design, target) -> model; trainable(model) -> the checkpointed tensors;
     shipped(model, design) -> (tensors to write, treegraft_drafter.json or None);
-    card(design, state, log) -> write_card's design paragraphs."""
+    card(design, state, log) -> write_card's design paragraphs; measure(model) -> the model as the engine
+    runs it (what the cost is measured on), if that differs from the trained form."""
     torch.set_num_threads(args.threads)
     design = json.loads((role_dir / "design.json").read_text())
     target = load_model(args.target, torch.device("cpu"), torch.float32)
@@ -130,7 +132,7 @@ def export(args, role_dir: Path, build: Callable, trainable: Callable, shipped: 
         raise SystemExit(f"no checkpoint in {role_dir}; train one first")
     out = Path(args.out) if args.out else ASSETS / "drafters" / args.role
     write_weights(out, model, *shipped(model, design))
-    ms = interleaved_ms({"drafter": model, "target": target}, rounds=4)
+    ms = interleaved_ms({"drafter": measure(model) if measure else model, "target": target}, rounds=4)
     cost = {"drafter_ms": ms["drafter"], "target_ms": ms["target"], "ratio": ms["drafter"] / ms["target"]}
     log = read_log(role_dir / "log.jsonl")
     write_card(out, role=args.role, target=DEFAULT_TARGET_NAME if args.target == "default" else args.target,
