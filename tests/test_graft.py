@@ -105,3 +105,23 @@ def test_strong_scores_are_exact_after_catching_up(policy):
     assert checked > 20
     if policy == "every-k":
         assert [r.strong_called for r in records[:4]] == [True, False, True, False]
+
+
+@pytest.mark.parametrize("keep", [0, 1])
+def test_a_calibrated_weak_score_is_kept_only_when_asked(keep):
+    """With prompt lookup as the weak drafter its scores are measured hit rates: keep_calibrated=1 keeps
+    such a score where it beats q_s's (never below the blend); 0 is the plain rescoring. Lossless both ways."""
+    trio = tiny_trio("ngram", "perturbed")
+    prompt = [5, 17, 33, 2, 9, 5, 17, 33, 2, 9, 5, 17]  # repetitive: lookup proposes long chains
+    cfg = GenConfig(method="treegraft", policy="always", max_new_tokens=16, budget=16, depth=5, topk=3,
+                    graft=GraftConfig(keep_calibrated=keep))
+    engine = Engine(trio, cfg)
+    records = list(engine.generate(prompt))
+    ref = trio.target.generate(ids(prompt), max_new_tokens=16, do_sample=False)[0, len(prompt):].tolist()
+    assert engine.new_tokens == ref
+    both = [n for rec in records for n in rec.nodes if n["weak_logp"] is not None and n["strong_logp"] is not None]
+    assert both
+    for n in both:
+        plain = n["strong_logp"]  # blend = 1
+        assert n["score"] == pytest.approx(max(plain, n["weak_logp"]) if keep else plain)
+    assert any(n["weak_logp"] > n["strong_logp"] for n in both)  # the rule had something to decide

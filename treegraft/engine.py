@@ -192,6 +192,7 @@ class Engine:
     def refine(self, tree: DraftTree, depth: int, rec: StepRecord, clock: Clock) -> None:
         """The strong drafter's pass: rescore -> recover -> reselect -> graft (non-destructive)."""
         g, root_pos = self.cfg.graft, len(self.seq) - 1
+        tree.weak_calibrated = bool(getattr(self.weak.model, "calibrated", False))
         rows = rescore(self.strong, tree, self.seq, g)
         rec.stage_times["rescore"] = clock.lap("draft_strong")
         self.snap(rec, "rescored", tree)

@@ -32,6 +32,9 @@ class GraftConfig:
     graft_k: int = knob(3, "children per node inside a graft", 0, 256)
     # s = blend * log q_s + (1 - blend) * log q_w where both are known
     blend: float = knob(1.0, "weight of log q_s in a rescored node's score", 0, 1)
+    # A weak score that is a measured hit rate (prompt lookup calibrates itself online) is evidence of
+    # acceptance, not just a model's guess: 1 keeps it where it beats the (blended) strong score.
+    keep_calibrated: int = knob(0, "1: keep a calibrated weak score (prompt lookup's hit rate) above q_s's", 0, 1)
 
     def check(self) -> None:
         """Raises ValueError naming the first knob out of its range."""
@@ -41,10 +44,11 @@ class GraftConfig:
                 raise ValueError(f"{f.name} must be in [{lo}, {hi}], got {getattr(self, f.name)}")
 
 
-def _blend(node, cfg: GraftConfig) -> float:
+def _blend(node, cfg: GraftConfig, tree: DraftTree) -> float:
     if node.weak_logp is None or node.strong_logp is None:
         return node.strong_logp if node.strong_logp is not None else node.weak_logp
-    return cfg.blend * node.strong_logp + (1.0 - cfg.blend) * node.weak_logp
+    mixed = cfg.blend * node.strong_logp + (1.0 - cfg.blend) * node.weak_logp
+    return max(mixed, node.weak_logp) if cfg.keep_calibrated and tree.weak_calibrated else mixed
 
 
 def _rescore_children(tree: DraftTree, parent: int, logp: torch.Tensor, cfg: GraftConfig) -> None:
@@ -55,7 +59,7 @@ def _rescore_children(tree: DraftTree, parent: int, logp: torch.Tensor, cfg: Gra
     for n, lp in zip(kids, lps):
         n.strong_logp = lp
         n.rescored = True
-        n.score = _blend(n, cfg)
+        n.score = _blend(n, cfg, tree)
 
 
 def rescore(strong: Runner, tree: DraftTree, seq: list[int], cfg: GraftConfig) -> dict[int, torch.Tensor]:
@@ -90,7 +94,7 @@ def recover(tree: DraftTree, rows: dict[int, torch.Tensor], cfg: GraftConfig,
             i, _ = tree.add(parent, tok, 0.0, "recovered", strong_logp=s_lp, weak_logp=w_lp)
             node = tree.nodes[i]
             node.rescored = True
-            node.score = _blend(node, cfg)
+            node.score = _blend(node, cfg, tree)
             node.value = node.score + (0.0 if parent == ROOT else tree.nodes[parent].value)
             made.append(i)
     return made

@@ -30,6 +30,7 @@ class NgramDrafter(nn.Module):
     """Holds settings only; LookupRunner does the work (there are no weights)."""
 
     needs_features = False
+    calibrated = True  # its scores are hit rates measured on this generation (LookupRunner.calibrate)
 
     def __init__(self, vocab_size: int, eos_token_id=None, max_n: int = 4, min_n: int = 1,
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32):

@@ -42,6 +42,7 @@ class DraftTree:
     # log-prob rows each drafter produced, by parent id: lets a strong-recovered node still carry
     # the weak drafter's opinion of it. Not part of snapshots.
     rows: dict = field(default_factory=lambda: {"weak": {}, "strong": {}})
+    weak_calibrated: bool = False  # the weak drafter's scores are measured hit rates (prompt lookup)
 
     def __len__(self) -> int:
         return len(self.nodes)
