@@ -34,7 +34,8 @@ class GraftConfig:
     blend: float = knob(1.0, "weight of log q_s in a rescored node's score", 0, 1)
     # A weak score that is a measured hit rate (prompt lookup calibrates itself online) is evidence of
     # acceptance, not just a model's guess: 1 keeps it where it beats the (blended) strong score.
-    keep_calibrated: int = knob(0, "1: keep a calibrated weak score (prompt lookup's hit rate) above q_s's", 0, 1)
+    keep_calibrated: int = knob(1, "1: keep a calibrated weak score (prompt lookup's hit rate) above q_s's; "
+                                   "0: replace it", 0, 1)
 
     def check(self) -> None:
         """Raises ValueError naming the first knob out of its range."""

@@ -31,7 +31,8 @@ from .store import ResumeError
 
 METHODS = ("ar", "tree-weak", "tree-strong", "treegraft:always", "treegraft:learned")
 ALIASES = {"qwen-0.5b": "qwen-coder-0.5b", "qwen-1.5b": "qwen-coder-1.5b",
-           "weak": "asset:weak", "strong": "asset:strong"}   # the drafters shipped in assets/drafters
+           "weak": "asset:weak", "strong": "asset:strong",   # the drafters shipped in assets/drafters
+           "qwen-skip": "asset:qwen-coder-weak"}              # layer-skip drafter cut from the 0.5B
 
 
 @dataclass(frozen=True)
