@@ -110,9 +110,10 @@ def build(base: nn.Module, bottom: int, top: int, ids: torch.Tensor, rank: int =
         if hasattr(cfg, attr):
             setattr(cfg, attr, None if attr == "quantization_config" else False)
     cfg.tie_word_embeddings = False
-    cfg.vocab_size = 1  # the real embedding is assigned below; no throwaway 150k-row tensors
+    # The real embedding is assigned below: no throwaway 150k-row tensors (and no padding row in them).
+    cfg.vocab_size, pad, cfg.pad_token_id = 1, cfg.pad_token_id, None
     model = AutoModelForCausalLM.from_config(cfg, dtype=base.dtype)
-    model.config.vocab_size = vocab
+    model.config.vocab_size, model.config.pad_token_id = vocab, pad
     src = base.get_decoder()
     dec = model.get_decoder()
     dec.embed_tokens = copy.deepcopy(src.embed_tokens).requires_grad_(False)

@@ -134,6 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--top", type=int, default=2, help="late layers kept")
     t.add_argument("--rank", type=int, default=16, help="LoRA rank on the late layers")
     t.add_argument("--head", type=int, default=16384, help="output rows: the most frequent next tokens")
+    t.add_argument("--bridge-init", choices=["identity", "lstsq"], default="lstsq",
+                   help="the bridge's start: identity, or the least-squares map between the two residual streams")
     t.add_argument("--lr", type=float, default=1e-3)
     t.add_argument("--batch-tokens", type=int, default=2048)
     t.add_argument("--replay", type=int, default=4, help="drafter updates per teacher-labelled batch")

@@ -65,6 +65,25 @@ def hits(model):
     return of
 
 
+@torch.no_grad()
+def fit_bridge(model, base, samples: list[dict], bottom: int, top: int, ridge: float = 1e-2) -> float:
+    """Start the bridge at the least-squares map from the base's residual stream after its first `bottom`
+    layers to the stream its first kept late layer reads (ridge-regularised normal equations over every
+    real position but the first, whose attention-sink activations are huge). Returns the R^2 reached."""
+    ids, rows, cols, _, _ = collate(samples)
+    hs = base.get_decoder()(input_ids=ids, output_hidden_states=True).hidden_states
+    keep = torch.zeros_like(ids, dtype=torch.bool)
+    for b, s in enumerate(samples):
+        keep[b, 1:len(s["ids"])] = True
+    x, y = hs[bottom][keep].double(), hs[len(hs) - 1 - top][keep].double()
+    gram = x.T @ x
+    gram += ridge * gram.diagonal().mean() * torch.eye(gram.shape[0], dtype=gram.dtype)
+    w = torch.linalg.solve(gram, x.T @ y)
+    bridge = model.get_decoder().layers[bottom].bridge
+    bridge.weight.copy_(w.T.to(bridge.weight.dtype))
+    return float(1 - ((x @ w - y) ** 2).sum() / ((y - y.mean(0)) ** 2).sum())
+
+
 def build_for(design: dict, base) -> torch.nn.Module:
     return skip.build(base, design["bottom"], design["top"], torch.tensor(design["head_ids"]), design["rank"])
 
@@ -82,6 +101,7 @@ def phase_train(args) -> None:
     fresh = {"kind": "skip", "base": args.base, "teacher": args.teacher or args.base, "bottom": args.bottom,
              "top": args.top, "rank": args.rank, "lr": args.lr, "batch_tokens": args.batch_tokens,
              "replay": args.replay, "buffer": 32,
+             "bridge_init": args.bridge_init,
              "head_ids": head_ids(pool, args.head, base.config.vocab_size, eos if isinstance(eos, list) else [eos]).tolist()}
     design = load_design(role_dir, fresh)
     teacher = base if design["teacher"] == design["base"] else \
@@ -92,6 +112,10 @@ def phase_train(args) -> None:
     t = Trainer(args.name, role_dir, design, model, skip.trainable(model))
     t.resume({"step": 0, "seconds": 0.0, "label_tokens": 0, "tokens": 0}, args.plan_minutes)
     state = t.state
+    if state["step"] == 0 and design.get("bridge_init") == "lstsq":
+        fit = random.Random(0).sample(pool, min(len(pool), 48))
+        r2 = fit_bridge(model, base, fit, design["bottom"], design["top"])
+        log_line(t.log, {"event": "bridge_init", "samples": len(fit), "r2": round(r2, 4)})
     held = load_shard(data / HELDOUT)
     log_line(t.log, {"event": "start", "design": {k: v for k, v in design.items() if k != "head_ids"},
                      "head": len(design["head_ids"]), "pool_samples": len(pool),
