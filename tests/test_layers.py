@@ -11,8 +11,8 @@ ROOT = Path(__file__).resolve().parent.parent / "treegraft"
 
 # Lowest first. A subpackage (bench, distill) is one entry: its modules share its layer.
 LAYERS = [
-    ("model plumbing", {"errors", "chunks", "fastpath", "trios", "models", "kv", "eagle", "lookup", "tree", "record",
-                        "costs"}),
+    ("model plumbing", {"errors", "chunks", "fastpath", "trios", "models", "kv", "eagle", "skip", "lookup", "tree",
+                        "record", "costs"}),
     ("method", {"treegraft", "draft", "graft", "verify", "schedule", "budget", "engine"}),  # treegraft: the public API
     ("options", {"options"}),  # settings and prompts from the outside world, shared by every front end
     ("tooling and presentation", {"distill", "bench", "scheduler_train", "profile", "viz", "colors"}),
