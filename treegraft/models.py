@@ -228,11 +228,16 @@ def _load_skip_drafter(where: Path, info: dict, target, device, dtype) -> torch.
     return model.to(device, dtype).eval()
 
 
+def drafter_meta(where: Path) -> dict:
+    """A distilled drafter directory's treegraft_drafter.json (what it is, what it borrows), or {}."""
+    meta = where / "treegraft_drafter.json"
+    return json.loads(meta.read_text()) if meta.is_file() else {}
+
+
 def drafter_tokenizer_spec(spec: str) -> str:
     """What to check a drafter's vocabulary against: a skip drafter ships no tokenizer, its base does."""
     where = ASSETS / "drafters" / spec.partition(":")[2] if spec.startswith("asset:") else Path(spec).expanduser()
-    meta = where / "treegraft_drafter.json"
-    info = json.loads(meta.read_text()) if meta.is_file() else {}
+    info = drafter_meta(where)
     return info["base"] if info.get("kind") == "skip" else spec
 
 
@@ -249,12 +254,10 @@ def load_drafter(spec: str, role: str, target, device, dtype) -> torch.nn.Module
         if not (ASSETS / "drafters" / role).is_dir():
             raise ModelLoadError(f"no shipped drafter assets/drafters/{role}")
     where = ASSETS / "drafters" / role if shipped else Path(spec).expanduser()
-    meta = where / "treegraft_drafter.json"
-    info = json.loads(meta.read_text()) if meta.is_file() else {}
+    info = drafter_meta(where)
     if info.get("kind") in ("features", "skip"):
-        load = _load_feature_drafter if info["kind"] == "features" else \
-            lambda *a: _load_skip_drafter(a[0], info, *a[1:])
-        model = load(where, target, device, dtype)
+        model = _load_feature_drafter(where, target, device, dtype) if info["kind"] == "features" else \
+            _load_skip_drafter(where, info, target, device, dtype)
         model.treegraft_label = f"assets/drafters/{role}" if spec == "default" else spec
         return model
     if info.get("share_target_embeddings"):
@@ -327,10 +330,9 @@ def shares_target_rows(spec: str, target: str) -> bool:
     own tensors (treegraft_drafter.json) indexes tokens exactly as the target does: no tokenizer to check.
     Shipped drafters were distilled for the default target only."""
     where = Path(spec).expanduser()
-    meta = where / "treegraft_drafter.json"
-    if not meta.is_file() or any((where / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")):
+    if any((where / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")):
         return False
-    if not json.loads(meta.read_text()).get("share_target_embeddings"):
+    if not drafter_meta(where).get("share_target_embeddings"):
         return False
     if target != "default":
         raise ModelLoadError(f"{spec} was distilled for the default target and ships no tokenizer; "

@@ -57,6 +57,16 @@ PHASES = {"data": phase_data, "train": lm.phase_train, "export": lm.phase_export
           "skip-train": skip.phase_train, "skip-export": skip.phase_export}
 
 
+def add_segment_args(p: argparse.ArgumentParser, eval_minutes: float, checkpoint_minutes: float) -> None:
+    """What every training phase's time-capped, resumable segment (loop.train_segment) takes."""
+    p.add_argument("--minutes", type=float, default=20)
+    p.add_argument("--plan-minutes", type=float, default=None,
+                   help="total training minutes the learning-rate schedule decays over (kept on resume)")
+    p.add_argument("--steps", type=int, default=None, help="also stop the segment after this many optimizer steps")
+    p.add_argument("--eval-minutes", type=float, default=eval_minutes)
+    p.add_argument("--checkpoint-minutes", type=float, default=checkpoint_minutes)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m treegraft distill", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -78,13 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--seed", type=int, default=0)
     t = sub.add_parser("train", parents=[common], help="train one drafter for --minutes, resuming from checkpoints/")
     t.add_argument("--role", choices=["weak", "strong"], required=True)
-    t.add_argument("--minutes", type=float, default=20)
-    t.add_argument("--plan-minutes", type=float, default=None,
-                   help="total training minutes the learning-rate schedule decays over (kept on resume)")
+    add_segment_args(t, eval_minutes=5, checkpoint_minutes=3)
     t.add_argument("--batch-tokens", type=int, default=4096)
-    t.add_argument("--steps", type=int, default=None, help="also stop the segment after this many optimizer steps")
-    t.add_argument("--eval-minutes", type=float, default=5)
-    t.add_argument("--checkpoint-minutes", type=float, default=3)
     t.add_argument("--lr", type=float, default=None)
     t.add_argument("--layers", type=int, default=None)
     t.add_argument("--hidden", type=int, default=None)
@@ -104,8 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("eagle-train", parents=[common],
                        help="train a feature drafter for --minutes, resuming from checkpoints/")
     t.add_argument("--name", default="strong-features")
-    t.add_argument("--minutes", type=float, default=20)
-    t.add_argument("--plan-minutes", type=float, default=None)
+    add_segment_args(t, eval_minutes=8, checkpoint_minutes=4)
     t.add_argument("--layers", type=int, default=1)
     t.add_argument("--lr", type=float, default=1e-3)
     t.add_argument("--depth2", type=float, default=0.5, help="weight of the from-own-features loss")
@@ -117,9 +121,6 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--negatives", type=int, default=4096, help="random negatives in every softmax")
     t.add_argument("--replay", type=int, default=None,
                    help="drafter updates per target-labelled batch (default 3; the rest from recent batches)")
-    t.add_argument("--steps", type=int, default=None, help="also stop the segment after this many optimizer steps")
-    t.add_argument("--eval-minutes", type=float, default=8)
-    t.add_argument("--checkpoint-minutes", type=float, default=4)
     e = sub.add_parser("eagle-export", parents=[common],
                        help="write assets/drafters/<role>/ from a feature drafter checkpoint")
     e.add_argument("--name", default="strong-features")
@@ -128,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("skip-train", parents=[common],
                        help="train a layer-skip drafter for --minutes, resuming from checkpoints/")
     t.add_argument("--name", default="qwen-weak-skip")
+    add_segment_args(t, eval_minutes=6, checkpoint_minutes=3)
     t.add_argument("--base", default="qwen-coder-0.5b", help="the smaller LM whose layers the drafter keeps")
     t.add_argument("--teacher", default=None, help="who labels the text (default: the base at full depth)")
     t.add_argument("--bottom", type=int, default=2, help="early layers kept")
@@ -140,11 +142,6 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--batch-tokens", type=int, default=2048)
     t.add_argument("--replay", type=int, default=4, help="drafter updates per teacher-labelled batch")
     t.add_argument("--text-pool", type=int, default=8000)
-    t.add_argument("--minutes", type=float, default=20)
-    t.add_argument("--plan-minutes", type=float, default=None)
-    t.add_argument("--steps", type=int, default=None, help="also stop the segment after this many optimizer steps")
-    t.add_argument("--eval-minutes", type=float, default=6)
-    t.add_argument("--checkpoint-minutes", type=float, default=3)
     e = sub.add_parser("skip-export", parents=[common],
                        help="write assets/drafters/<role>/ from a layer-skip drafter checkpoint")
     e.add_argument("--name", default="qwen-weak-skip")

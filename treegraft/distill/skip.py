@@ -25,6 +25,8 @@ from .features import batches
 from .loop import Trainer, collate, frequent_tokens, heldout_agreement, load_design, log_line, train_segment
 from .shards import HELDOUT, TOPK, cached_text_samples, load_shard, load_training_samples
 
+BRIDGE_FIT_SAMPLES = 48  # training answers the least-squares bridge is fitted on
+
 
 def head_ids(pool: list[dict], n: int, vocab: int, eos: list[int]) -> torch.Tensor:
     """The n most frequent next tokens of the training text, plus the end-of-turn tokens, sorted."""
@@ -113,7 +115,7 @@ def phase_train(args) -> None:
     t.resume({"step": 0, "seconds": 0.0, "label_tokens": 0, "tokens": 0}, args.plan_minutes)
     state = t.state
     if state["step"] == 0 and design.get("bridge_init") == "lstsq":
-        fit = random.Random(0).sample(pool, min(len(pool), 48))
+        fit = random.Random(0).sample(pool, min(len(pool), BRIDGE_FIT_SAMPLES))
         r2 = fit_bridge(model, base, fit, design["bottom"], design["top"])
         log_line(t.log, {"event": "bridge_init", "samples": len(fit), "r2": round(r2, 4)})
     held = load_shard(data / HELDOUT)
@@ -151,7 +153,7 @@ def phase_export(args) -> None:
 
     export(args, Path(args.ckpt_dir) / args.name, build, skip.trainable, shipped,
            lambda design, state, log: card_text(design, state, len(log["starts"]), args.role),
-           subtitle=": a layer-skip drafter", measure=lambda model: skip.merge(model))
+           subtitle=": a layer-skip drafter", measure=skip.merge)
 
 
 def card_text(design: dict, state: dict, segments: int, role: str) -> dict:
@@ -159,7 +161,8 @@ def card_text(design: dict, state: dict, segments: int, role: str) -> dict:
     return {
         "design": f"""Design (`treegraft.skip`): {keep} decoder layers of `{design['base']}` (its first {design['bottom']} and
 last {design['top']}); the layers between are skipped. A trained bridge (a square matrix; it starts
-{"at the least-squares map between the two residual streams, fitted on 48 training answers" if design.get("bridge_init") == "lstsq" else "as the identity"})
+{f"at the least-squares map between the two residual streams, fitted on {BRIDGE_FIT_SAMPLES} training answers"
+ if design.get("bridge_init") == "lstsq" else "as the identity"})
 maps the early residual stream to the late layers' input, rank-{design['rank']} LoRA factors (merged
 into copies of the weights at load time) adapt the late layers, and the output head is the base's tied
 embedding restricted to the {len(design['head_ids']):,} most frequent next tokens of the training text
