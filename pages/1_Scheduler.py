@@ -31,8 +31,8 @@ def learned_verdicts(run: ui.Run) -> list[dict] | None:
     """What the distilled scheduler would have said on each step, from the recorded features: pure
     arithmetic, no forward. Lets a run under `always` show where `learned` would have called."""
     try:
-        from treegraft.schedule import make_policy
-        pol = make_policy("learned")
+        from treegraft.schedule import make_policy, scheduler_for
+        pol = make_policy("learned", path=run.cfg.scheduler_path or scheduler_for(run.trio.trio, run.trio.pair))
     except Exception:  # no scheduler shipped (or moved): the page simply omits the comparison
         return None
     out = []

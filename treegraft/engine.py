@@ -94,10 +94,13 @@ class Engine:
         self.target = make_runner(trio.target, "target")
         self.weak = make_runner(trio.weak, "weak", features_from=self.target)
         self.strong = make_runner(trio.strong, "strong", features_from=self.target)
-        scheduler = cfg.scheduler_path or scheduler_for(trio.trio)
+        scheduler = cfg.scheduler_path or scheduler_for(trio.trio, trio.pair)
         self.policy = policy or (make_policy(cfg.policy, cfg.every_k, scheduler) if cfg.method == "treegraft" else None)
         self.generator = torch.Generator().manual_seed(cfg.seed)
         self.curve = target_curve(trio) if cfg.auto_budget and cfg.method != "ar" else None
+        # The scheduler weighs seconds on this device: it reads the same measured curve, fixed budget or not.
+        weighs = cfg.method == "treegraft" and cfg.policy in ("learned", "oracle")
+        self.cost_curve = target_curve(trio) if self.curve is None and weighs else self.curve
         self.seq: list[int] = []
         self.prompt_len = 0
         self.records: list[StepRecord] = []
@@ -184,7 +187,8 @@ class Engine:
         return pays
 
     def decide(self, tree: DraftTree, depth: int, clock: Clock) -> Decision:
-        feats = features(tree, self.history, depth)
+        feats = features(tree, self.history, depth, self.cost_curve, clock.elapsed(), self.cfg.budget,
+                         self.cfg.auto_budget)
         decision = self.policy.decide(feats, len(self.records))
         clock.lap("schedule")
         return decision
@@ -213,6 +217,7 @@ class Engine:
         return accept_sample(tree, selected, probs, self.generator)
 
     def finish(self, rec, decision, tree, selected, path, bonus, clock, fw0) -> StepRecord:
+        spent = clock.elapsed()
         for r in (self.target, self.weak, self.strong):
             r.commit(path)
         for i in path:
@@ -231,8 +236,30 @@ class Engine:
         self.history.accept_lens.append(rec.accept_len)
         self.history.strong_calls.append(rec.strong_called)
         self.history.position = len(self.new_tokens)
+        self.remember(rec, decision, tree, path, spent)
         self.records.append(rec)
         return rec
+
+    def remember(self, rec: StepRecord, decision: Decision | None, tree: DraftTree, path: list[int],
+                 spent: float) -> None:
+        """What a strong call bought and cost, for the scheduler's next decisions: accepted nodes it
+        made, tokens over the weak tree's expectation, and seconds beyond the step without it (c0_s;
+        both measured directly by the oracle)."""
+        h = self.history
+        o = decision.oracle if decision is not None else None
+        h.tokens += len(rec.new_tokens)
+        h.seconds += (o["c1"] if o["call"] else o["c0"]) if o else spent  # the oracle's kept branch
+        if o:
+            h.strong_tokens.append(o["strong_made"])
+            h.strong_extra_s.append(max(0.0, o["c1"] - o["c0"]))
+            h.gains.append(o["a1"] - o["a0"])
+        elif rec.strong_called and decision is not None:
+            h.strong_tokens.append(made_by_strong(tree, path))
+            expected = decision.expected if decision.expected is not None else decision.features["weak_expected"]
+            h.gains.append(len(path) + 1 - expected)
+            c0 = decision.features.get("c0_s") or 0.0
+            if c0 > 0:
+                h.strong_extra_s.append(max(0.0, spent - c0))
 
     def cut(self, new: list[int]) -> list[int]:
         """Stop at the first eos and at max_new_tokens: output equals what the target would emit."""
@@ -266,6 +293,7 @@ class Engine:
         use_strong = a1 / c1 > a0 / c0
         decision.call = use_strong
         decision.oracle = {"a0": a0, "c0": c0, "a1": a1, "c1": c1, "delta": a1 / c1 - a0 / c0,
+                           "strong_made": made_by_strong(strong.tree, strong.path),
                            "call": use_strong, "n0": len(plain.selected), "n1": len(strong.selected),
                            "weak_s": weak_s, "verify0_s": plain.verify_s, "verify1_s": strong.verify_s,
                            "refine_s": refine_s, "strong_forwards": strong_fw}
@@ -297,6 +325,11 @@ class Engine:
         """Back to a state before verification: the target's cache and the random stream."""
         self.target.restore(mark)
         self.generator.set_state(rng_state)
+
+
+def made_by_strong(tree: DraftTree, path: list[int]) -> int:
+    """Accepted nodes that only the strong drafter proposed (recovered or grafted)."""
+    return sum(tree.nodes[i].origin in ("graft", "recovered") for i in path)
 
 
 @dataclass

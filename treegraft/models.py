@@ -310,8 +310,9 @@ class Trio:
     device: torch.device
     dtype: torch.dtype
     names: dict = field(default_factory=dict)
-    trio: str = "custom"        # the named trio it came from, if every role is that trio's
+    trio: str = "custom"        # the named trio whose target it runs ("custom": another target)
     kernels: str = "stock"      # stock | packed (the CPU fast path, treegraft.fastpath)
+    pair: str = ""              # the drafters as WEAK+STRONG (e.g. ngram+qwen-coder-0.5b): whose scheduler fits
 
     @property
     def context_len(self) -> int:
@@ -379,8 +380,20 @@ def load_trio(target: str | None = None, weak: str | None = None, strong: str | 
         # One-row forwards (plain decoding, a chain drafter) get their own layout when memory allows
         # (treegraft.fastpath); the target first, then the strong drafter.
         pack_models(models, dual=room_for_dual([tgt, drafters["strong"], drafters["weak"]]))
-    named = trio if (target, weak, strong) == (spec.target, spec.weak, spec.strong) else "custom"
-    return Trio(tgt, drafters["weak"], drafters["strong"], tok, dev, dt, names, named, chosen)
+    # A scheduler is keyed by the target's trio and the pair; another target is "custom" and has none.
+    family = trio if target == spec.target else "custom"
+    pair = f"{drafter_key(weak, 'weak')}+{drafter_key(strong, 'strong')}"
+    return Trio(tgt, drafters["weak"], drafters["strong"], tok, dev, dt, names, family, chosen, pair)
+
+
+def drafter_key(spec: str, role: str) -> str:
+    """A drafter spec as a short name: the default drafter is its role's asset, asset:X is X, a path its
+    directory's name."""
+    if spec == "default":
+        return role
+    if spec.startswith("asset:"):
+        return spec[len("asset:"):]
+    return Path(spec).name if spec not in GGUF_MODELS and spec != "ngram" else spec
 
 
 def save_json(path: Path, obj) -> None:

@@ -10,21 +10,35 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .budget import choose_budget, forward_ms
 from .models import ASSETS
 from .tree import ROOT, DraftTree
 
 POLICIES = ("never", "always", "every-k", "learned", "oracle")
 DEFAULT_SCHEDULER = ASSETS / "scheduler" / "scheduler.json"
-# The scheduler's inputs, in the order a scheduler file lists its weights (features() returns them).
+# The scheduler's inputs (features() returns them in this order; a scheduler file lists the ones it uses).
+# The weak pool's features (the gain scheduler's a0 model reads only these: they do not depend on
+# what the policy did before).
+POOL_FEATURES = ("root_top1", "root_entropy", "pool_mass_top16", "best_value", "confident_depth", "position",
+                 "weak_nodes", "mass_depth1", "mass_depth2", "mass_deep", "weak_expected")
 FEATURES = ("root_top1", "root_entropy", "pool_mass_top16", "best_value", "confident_depth",
-            "recent_accept", "recent_strong_gain", "position")
+            "recent_accept", "recent_strong_gain", "position",
+            # the weak pool by depth, what it is expected to buy, and what recent strong calls bought
+            "weak_nodes", "mass_depth1", "mass_depth2", "mass_deep", "weak_expected",
+            "recent_strong_tokens", "steps_since_call")
+# What this device and this generation say (recorded beside the features, never a model input): the
+# weak tree's budget N0, the expected seconds of the step without a strong call (c0_s), a target forward
+# over one token (t1_s), the extra seconds recent strong calls cost (strong_s) and the tokens they added
+# over the weak tree's expectation (recent_gain; calls_seen of them, capped at 4), and tokens/s so far.
+COSTS = ("weak_n", "c0_s", "t1_s", "strong_s", "recent_gain", "calls_seen", "rate_so_far")
 
 
-def scheduler_for(trio: str | None) -> Path:
-    """A named trio's own scheduler (assets/scheduler/<trio>/scheduler.json) if one ships, else the
-    default one (distilled on the smollm2 trio): a scheduler learns one pair's costs and agreement."""
-    own = ASSETS / "scheduler" / str(trio) / "scheduler.json"
-    return own if trio and own.exists() else DEFAULT_SCHEDULER
+def scheduler_for(trio: str | None, pair: str | None = None) -> Path:
+    """The scheduler shipped for this pair of drafters on this trio's target
+    (assets/scheduler/<trio>/<weak>+<strong>/scheduler.json), else the default one (the smollm2 trio's
+    first): a scheduler learns one pair's agreement, so another pair's is a fallback, not a fit."""
+    own = ASSETS / "scheduler" / str(trio) / str(pair) / "scheduler.json"
+    return own if trio and pair and own.exists() else DEFAULT_SCHEDULER
 
 
 def default_policy() -> str:
@@ -37,10 +51,18 @@ class History:
     accept_lens: list[int] = field(default_factory=list)
     strong_calls: list[bool] = field(default_factory=list)
     position: int = 0
+    strong_tokens: list[int] = field(default_factory=list)    # per strong call: accepted nodes it made
+    strong_extra_s: list[float] = field(default_factory=list)  # per strong call: seconds beyond c0_s
+    gains: list[float] = field(default_factory=list)           # per strong call: accepted tokens - expected a0
+    tokens: int = 0                                            # this generation so far
+    seconds: float = 0.0
 
 
-def features(tree: DraftTree, history: History, depth: int) -> dict:
-    """Microsecond features: how sure the weak drafter is, and how the last steps went."""
+def features(tree: DraftTree, history: History, depth: int, curve: dict | None = None, spent_s: float = 0.0,
+             budget: int = 16, auto: bool = False) -> dict:
+    """Microsecond features: how sure the weak drafter is, how the last steps went, and (given this
+    device's cost curve) what the weak tree alone is expected to buy and cost: N0 = `budget` nodes,
+    or with `auto` the N0 <= budget --budget auto would send."""
     roots = [n for n in tree.nodes if n.parent == ROOT]
     probs = [math.exp(n.value) for n in roots]
     root_top1 = max(probs) if probs else 0.0
@@ -48,13 +70,22 @@ def features(tree: DraftTree, history: History, depth: int) -> dict:
     rest = max(1e-9, 1.0 - mass)
     entropy = -sum(p * math.log(p) for p in probs if p > 0) - rest * math.log(rest)
     best = max(tree.nodes, key=lambda n: n.value) if tree.nodes else None
-    values = sorted((n.value for n in tree.nodes), reverse=True)
+    values = sorted((n.value for n in tree.nodes if n.depth <= depth), reverse=True)
     top16 = sum(math.exp(v) for v in values[:16])
     recent = history.accept_lens[-4:]
     with_strong = [a for a, s in zip(history.accept_lens[-8:], history.strong_calls[-8:]) if s]
     without = [a for a, s in zip(history.accept_lens[-8:], history.strong_calls[-8:]) if not s]
     mean = (lambda xs: sum(xs) / len(xs) if xs else 0.0)
     deepest = max((n.depth for n in tree.nodes if n.value > math.log(0.1)), default=0)
+    by_depth = [0.0, 0.0, 0.0]
+    for n in tree.nodes:
+        by_depth[min(n.depth, 3) - 1] += math.exp(n.value)
+    if curve:
+        n0 = choose_budget(tree, curve, spent_s, budget, depth)[0] if auto else min(budget, len(values))
+        c0, t1 = spent_s + forward_ms(curve, n0 + 1) / 1e3, forward_ms(curve, 1) / 1e3
+    else:
+        n0, c0, t1 = min(budget, len(values)), 0.0, 0.0
+    since = next((k for k, s in enumerate(reversed(history.strong_calls)) if s), len(history.strong_calls))
     return {
         "root_top1": root_top1,
         "root_entropy": entropy,
@@ -64,6 +95,14 @@ def features(tree: DraftTree, history: History, depth: int) -> dict:
         "recent_accept": mean(recent),
         "recent_strong_gain": mean(with_strong) - mean(without),
         "position": math.log1p(history.position),
+        "weak_nodes": math.log1p(len(tree.nodes)),
+        "mass_depth1": by_depth[0], "mass_depth2": by_depth[1], "mass_deep": by_depth[2],
+        "weak_expected": 1.0 + sum(math.exp(v) for v in values[:n0]),
+        "recent_strong_tokens": mean(history.strong_tokens[-4:]),
+        "steps_since_call": math.log1p(since),
+        "weak_n": n0, "c0_s": c0, "t1_s": t1, "strong_s": mean(history.strong_extra_s[-4:]),
+        "recent_gain": mean(history.gains[-4:]), "calls_seen": min(4, len(history.gains)),
+        "rate_so_far": history.tokens / history.seconds if history.seconds > 0 else 0.0,
     }
 
 
@@ -76,6 +115,7 @@ class Decision:
     threshold: float | None = None
     features: dict = field(default_factory=dict)
     oracle: dict | None = None
+    expected: float | None = None  # the policy's a0 (tokens without a call), to measure what a call added
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -163,6 +203,107 @@ class LearnedPolicy(Policy):
         return Decision(call, self.name, reason, score=p, threshold=self.threshold, features=feats)
 
 
+@dataclass
+class Trees:
+    """A boosted ensemble of small regression trees (scikit-learn's GradientBoostingRegressor, exported
+    as plain lists): prediction = base + rate * sum of the leaf each tree's splits lead to."""
+    base: float
+    rate: float
+    trees: list  # each: {"left", "right", "feature", "threshold", "value"}, sklearn's tree_ arrays
+
+    def predict(self, x: list[float]) -> float:
+        total = 0.0
+        for t in self.trees:
+            i = 0
+            while t["left"][i] != -1:
+                i = t["left"][i] if x[t["feature"][i]] <= t["threshold"][i] else t["right"][i]
+            total += t["value"][i]
+        return self.base + self.rate * total
+
+
+@dataclass
+class GainPolicy(Policy):
+    """The gain scheduler. Calling pays when what it adds beats what its time would buy at the
+    generation's own pace: (tokens a call adds) > kappa * (tokens/s so far) * (a call's extra seconds).
+      - tokens it adds: measured online, the mean over the last calls of (accepted tokens - a0), where
+        a0, what the weak tree alone would have given, is predicted from the pool's features by small
+        boosted trees learned from oracle steps (before any call: the training mean);
+      - tokens/s so far and the extra seconds of a call: this generation's, on this device (before any
+        call, strong_units target one-token forwards from the measured cost curve).
+    So it keeps calling where the strong drafter has been paying (math, chat without copies) and stops
+    where prompt lookup already covers the text, and the same file calls less on a device where the
+    strong drafter is dear. Every `explore` steps without a call it calls once to look again. kappa and
+    explore are tuned offline by replaying oracle steps (both branches measured) for tokens/s."""
+    features: tuple       # the a0 model's inputs (the weak pool's; history-free)
+    a0: Trees
+    kappa: float
+    explore: int
+    prior_gain: float     # tokens a call adds, before this generation has made one
+    strong_units: float   # a call's extra seconds before one is measured, in target one-token forwards
+    name: str = "learned"
+    source: str = ""
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "") -> "GainPolicy":
+        return cls(tuple(d["features"]), Trees(**d["a0"]), d["kappa"], d["explore"], d["prior_gain"],
+                   d["strong_units"], source=source)
+
+    def expected(self, feats: dict) -> float:
+        """a0: tokens the weak tree alone is expected to give this step (the bonus included)."""
+        return max(1.0, self.a0.predict([float(feats[f]) for f in self.features]))
+
+    def terms(self, feats: dict) -> tuple[float, float, float, float]:
+        """(a0, tokens a call adds, tokens/s so far, extra seconds of a call); without a cost curve,
+        seconds are target forwards."""
+        a0 = self.expected(feats)
+        gain = feats.get("recent_gain", 0.0) if feats.get("calls_seen") else self.prior_gain
+        c0, c1 = step_seconds(feats, self.strong_units)
+        rate = feats.get("rate_so_far") or a0 / c0
+        if not feats.get("c0_s") or not feats.get("t1_s"):
+            rate = a0 / c0  # no seconds to compare with: per target forward
+        return a0, gain, rate, c1 - c0
+
+    def prob(self, feats: dict) -> float:
+        """The score: tokens a call adds over the tokens its time would buy (calls above kappa)."""
+        _, gain, rate, extra = self.terms(feats)
+        return gain / max(1e-9, rate * extra)
+
+    def decide(self, feats: dict, step: int) -> Decision:
+        a0, gain, rate, extra = self.terms(feats)
+        score = gain / max(1e-9, rate * extra)
+        due = feats.get("steps_since_call", 0.0) >= math.log1p(self.explore)
+        call = score > self.kappa or due
+        per, unit = ("s", "s") if feats.get("c0_s") and feats.get("t1_s") else ("target forward", "target forwards")
+        seen = "recent calls added" if feats.get("calls_seen") else "a call adds (training mean)"
+        reason = (f"{seen} {gain:+.2f} tokens to the weak tree's expected {a0:.2f}; at {rate:.2f} tokens per {per} "
+                  f"the call's {extra:.3f} {unit} would buy {rate * extra:.2f}: ratio {score:.2f} "
+                  f"{'>' if score > self.kappa else '<='} kappa {self.kappa:.2f}"
+                  + (f"; {self.explore} steps without a call: look again" if due and score <= self.kappa else ""))
+        return Decision(call, self.name, reason, score=score, threshold=self.kappa, features=feats, expected=a0)
+
+
+def step_seconds(feats: dict, strong_units: float) -> tuple[float, float]:
+    """A step's expected seconds without and with a strong call on this device: c0_s, and c0_s plus
+    the recent calls' measured extra (or, before any, strong_units target one-token forwards). With no
+    cost curve (no t1_s), in target forwards instead."""
+    t1, c0 = feats.get("t1_s") or 0.0, feats.get("c0_s") or 0.0
+    if c0 <= 0 or t1 <= 0:
+        return 1.0, 1.0 + strong_units
+    return c0, c0 + (feats.get("strong_s") or strong_units * t1)
+
+
+def load_learned(path: str | Path | None = None) -> Policy:
+    """A scheduler file: the gain scheduler ("kind": "gain") or the earlier logistic one."""
+    p = Path(path) if path else DEFAULT_SCHEDULER
+    if not p.exists():
+        raise FileNotFoundError(f"no learned scheduler at {p}; train one with `python -m treegraft scheduler train`")
+    d = json.loads(p.read_text())
+    if d.get("kind") == "gain":
+        return GainPolicy.from_dict(d, source=str(p))
+    return LearnedPolicy(tuple(d["features"]), d["mean"], d["std"], d["weights"], d["bias"], d["threshold"],
+                         source=str(p))
+
+
 def make_policy(name: str, every_k: int = 2, path: str | None = None) -> Policy:
     if name == "never":
         return Never()
@@ -173,5 +314,5 @@ def make_policy(name: str, every_k: int = 2, path: str | None = None) -> Policy:
     if name == "oracle":
         return Oracle()
     if name == "learned":
-        return LearnedPolicy.load(path)
+        return load_learned(path)
     raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICIES)}")

@@ -6,16 +6,19 @@ with a node's path value V in treegraft.tree.)
   collect  run TreeGraft with the oracle policy: every step is played without and with the strong
            drafter from the same state; each row holds the cheap features, both accepted lengths,
            both measured costs and the timings a cost model is fitted from.
-  train    fit a cost model (measured forward times -> seconds), label each step by the benefit of a
-           strong call, delta = a1/c1 - a0/c0 (tokens per second gained), fit a logistic model on the
-           features, tune its threshold on held-out prompts for simulated throughput, and write
-           assets/scheduler/scheduler.json + REPORT.md.
+  train    (--kind gain, the default) fit how many tokens a step accepts without (a0) and with (a1)
+           a strong call from the cheap features (boosted small trees, sizes by cross-validation over
+           prompts); the runtime weighs them with this device's measured seconds, calling when
+           a1 / (c0 + s) > kappa * a0 / c0, kappa tuned for simulated tokens/s on out-of-fold
+           predictions; held-out prompts only report. (--kind logistic: the first design, a call/skip
+           classifier on labels delta = a1/c1 - a0/c0 under a fitted cost model.) Writes
+           scheduler.json + REPORT.md (one directory per pair: assets/scheduler/<trio>/<weak>+<strong>/).
   compare  side by side on held-out prompts, through the benchmark runner (treegraft.bench):
            never / always / learned / oracle / tree-weak / tree-strong, or any bench method spec.
 
 Collection, threshold tuning and comparison use disjoint prompts (offsets into the benchmark sets,
 past the first prompts the benchmark suite uses). The learned policy's runtime (loading the file,
-deciding) is treegraft.schedule.LearnedPolicy."""
+deciding) is treegraft.schedule (GainPolicy, LearnedPolicy)."""
 
 from __future__ import annotations
 
@@ -26,9 +29,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from sklearn.ensemble import GradientBoostingRegressor
 from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression, LogisticRegressionCV
-from sklearn.model_selection import GroupKFold, StratifiedKFold, cross_val_predict
+from sklearn.model_selection import GridSearchCV, GroupKFold, StratifiedKFold, cross_val_predict
 
 from .bench.methods import parse_methods
 from .bench.prompts import SUITES, load_suite
@@ -36,7 +40,7 @@ from .bench.run import run_bench
 from .engine import Engine
 from .models import save_json
 from .options import add_model_args, add_tree_args, encode_prompt, gen_config, trio_from_args
-from .schedule import DEFAULT_SCHEDULER, FEATURES, LearnedPolicy
+from .schedule import DEFAULT_SCHEDULER, FEATURES, POOL_FEATURES, GainPolicy, LearnedPolicy
 
 
 # ---------------------------------------------------------------- cost model, labels, logistic fit
@@ -117,16 +121,23 @@ def throughput(rows: list[dict], calls: np.ndarray, cm: dict) -> float:
     return tokens / cost
 
 
-def train(rows: list[dict], holdout: float = 0.3, seed: int = 0) -> tuple[dict, str]:
-    prompts = sorted({r["prompt_id"] for r in rows})
-    rng = np.random.default_rng(seed)
-    held = set(rng.choice(prompts, max(1, int(len(prompts) * holdout)), replace=False).tolist())
-    tr = [r for r in rows if r["prompt_id"] not in held]
-    te = [r for r in rows if r["prompt_id"] in held]
+LOGISTIC_FEATURES = FEATURES[:8]  # the first scheduler's inputs
+
+
+def train(rows: list[dict], holdout: float = 0.3, seed: int = 0, kind: str = "gain") -> tuple[dict, str]:
+    """Fit a scheduler on oracle steps: `gain` (the default, treegraft.schedule.GainPolicy) or the
+    first design, `logistic` (a call/skip classifier, LearnedPolicy)."""
+    if kind == "gain":
+        return train_gain(rows, holdout, seed)
+    if kind != "logistic":
+        raise ValueError(f"unknown scheduler kind {kind!r}; choose gain or logistic")
+    tr, te = split_prompts(rows, holdout, seed)
+    held = {r["prompt_id"] for r in te}
+    prompts = {r["prompt_id"] for r in rows}
     cm = fit_cost_model(tr)
     d_tr, d_te = benefit(tr, cm), benefit(te, cm)
-    X_tr = np.array([[r["features"][f] for f in FEATURES] for r in tr])
-    X_te = np.array([[r["features"][f] for f in FEATURES] for r in te])
+    X_tr = np.array([[r["features"][f] for f in LOGISTIC_FEATURES] for r in tr])
+    X_te = np.array([[r["features"][f] for f in LOGISTIC_FEATURES] for r in te])
     mean, std = X_tr.mean(0), X_tr.std(0) + 1e-6
     # Weight each step by how much the decision matters (|delta|): a wrong call on a near-tie costs little.
     w, b = fit_logistic((X_tr - mean) / std, (d_tr > 0).astype(int), np.abs(d_tr) + 1e-3,
@@ -148,9 +159,9 @@ def train(rows: list[dict], holdout: float = 0.3, seed: int = 0) -> tuple[dict, 
                                      "learned": best_tp, "oracle": throughput(te, truth, cm)},
         "cost_model": cm,
     }
-    art = {"features": list(FEATURES), "mean": mean.tolist(), "std": std.tolist(), "weights": w.tolist(),
+    art = {"features": list(LOGISTIC_FEATURES), "mean": mean.tolist(), "std": std.tolist(), "weights": w.tolist(),
            "bias": float(b), "threshold": float(threshold), "report": report}
-    policy = LearnedPolicy(tuple(FEATURES), art["mean"], art["std"], art["weights"], art["bias"], art["threshold"])
+    policy = LearnedPolicy(tuple(LOGISTIC_FEATURES), art["mean"], art["std"], art["weights"], art["bias"], art["threshold"])
     # Recorded predictions: the shipped file must reproduce them exactly when loaded (tested).
     art["test_vectors"] = [{"features": r["features"], "prob": policy.prob(r["features"])} for r in te[:8]]
     return art, render_report(art)
@@ -178,6 +189,178 @@ def render_report(art: dict) -> str:
               for f, w, m, s in zip(art["features"], art["weights"], art["mean"], art["std"])]
     cm = r["cost_model"]
     lines += ["", f"Bias {art['bias']:+.3f}. Cost model (seconds, isotonic in the nodes sent): verify with "
+              + ", ".join(f"{n} nodes {v:.3f}" for n, v in enumerate(cm["verify_s_by_nodes"]))
+              + f"; strong per forward {cm['strong_per_forward_s']:.4f}; weak draft {cm['weak_draft_s']:.4f}"]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- the gain scheduler
+
+GAIN_GRID = {"max_depth": [1, 2, 3], "n_estimators": [25, 75], "learning_rate": [0.1]}
+KAPPAS = np.round(np.arange(0.3, 2.001, 0.1), 2)
+EXPLORE = (2, 3, 4, 6, 8, 1000)
+
+
+def export_trees(est) -> dict:
+    """A fitted GradientBoostingRegressor as plain lists (schedule.Trees); no pickle."""
+    trees = []
+    for t in est.estimators_[:, 0]:
+        tr = t.tree_
+        trees.append({"left": tr.children_left.tolist(), "right": tr.children_right.tolist(),
+                      "feature": tr.feature.tolist(), "threshold": tr.threshold.tolist(),
+                      "value": tr.value[:, 0, 0].tolist()})
+    return {"base": float(np.ravel(est.init_.constant_)[0]), "rate": float(est.learning_rate), "trees": trees}
+
+
+def fit_tokens(X: np.ndarray, y: np.ndarray, groups: np.ndarray):
+    """Boosted small trees for accepted tokens, their size chosen by cross-validation over prompts
+    (GroupKFold: a prompt's steps never straddle folds). Returns (fitted model, out-of-fold predictions)."""
+    folds = min(5, len(set(groups.tolist())))
+    cv = list(GroupKFold(folds).split(X, y, groups))
+    search = GridSearchCV(GradientBoostingRegressor(random_state=0, min_samples_leaf=5), GAIN_GRID, cv=cv,
+                          scoring="neg_mean_absolute_error").fit(X, y)
+    oof = cross_val_predict(GradientBoostingRegressor(random_state=0, min_samples_leaf=5, **search.best_params_),
+                            X, y, cv=cv)
+    return search.best_estimator_, oof
+
+
+def replay(rows: list[dict], a0: np.ndarray, cm: dict, kappa: float, explore: int, prior_gain: float,
+           strong_units: float) -> tuple[float, np.ndarray]:
+    """Play GainPolicy over recorded oracle steps, prompt by prompt in step order: both branches were
+    measured, so each step takes the one the policy picks and the policy's running state (what its
+    calls added and cost, tokens/s so far) follows its own choices. Seconds from the cost model.
+    Returns (tokens/s, calls per step)."""
+    calls = np.zeros(len(rows), bool)
+    t1 = verify_cost(cm, 0)
+    tokens = seconds = 0.0
+    by_prompt: dict[str, list[int]] = {}
+    for k, r in enumerate(rows):
+        by_prompt.setdefault(r["prompt_id"], []).append(k)
+    for ks in by_prompt.values():
+        gains, extras, got, spent, since = [], [], 0.0, 0.0, 0
+        for k in sorted(ks, key=lambda k: rows[k].get("step", 0)):  # stable: file order otherwise
+            r, e = rows[k], max(1.0, float(a0[k]))
+            c0, c1 = model_costs(r, cm)
+            gain = np.mean(gains[-4:]) if gains else prior_gain
+            extra = np.mean(extras[-4:]) if extras else strong_units * t1
+            rate = got / spent if spent > 0 else e / c0
+            call = gain / max(1e-9, rate * extra) > kappa or since >= explore
+            if call:
+                gains.append(r["a1"] - e)
+                extras.append(c1 - c0)
+                got, spent, since = got + r["a1"], spent + c1, 0
+            else:
+                got, spent, since = got + r["a0"], spent + c0, since + 1
+            calls[k] = call
+        tokens, seconds = tokens + got, seconds + spent
+    return tokens / seconds, calls
+
+
+def hindsight(rows: list[dict], cm: dict) -> np.ndarray:
+    """The best set of calls in hindsight for pooled tokens/s (Dinkelbach): call where the tokens a call
+    adds beat what its extra seconds buy at the best achievable rate R (a per-step comparison of rates
+    is not the pooled optimum)."""
+    a0 = np.array([r["a0"] for r in rows], float)
+    a1 = np.array([r["a1"] for r in rows], float)
+    c = np.array([model_costs(r, cm) for r in rows])
+    calls = np.zeros(len(rows), bool)
+    for _ in range(100):
+        rate = np.where(calls, a1, a0).sum() / np.where(calls, c[:, 1], c[:, 0]).sum()
+        new = (a1 - a0) > rate * (c[:, 1] - c[:, 0])
+        if (new == calls).all():
+            break
+        calls = new
+    return calls
+
+
+def train_gain(rows: list[dict], holdout: float = 0.3, seed: int = 0) -> tuple[dict, str]:
+    missing = [f for f in POOL_FEATURES + ("c0_s", "t1_s") if f not in rows[0]["features"]]
+    if missing:
+        raise ValueError(f"these steps were collected before the gain scheduler's features existed (no "
+                         f"{', '.join(missing)}); collect them again with `scheduler collect`")
+    tr, te = split_prompts(rows, holdout, seed)
+    cm = fit_cost_model(tr)
+    X_tr = np.array([[r["features"][f] for f in POOL_FEATURES] for r in tr])
+    X_te = np.array([[r["features"][f] for f in POOL_FEATURES] for r in te])
+    y_tr = np.array([r["a0"] for r in tr], float)
+    m0, oof = fit_tokens(X_tr, y_tr, np.array([r["prompt_id"] for r in tr]))
+    prior_gain = float(np.mean([r["a1"] - r["a0"] for r in tr]))
+    # A call's extra seconds in target one-token forwards, as the oracle measured it (the runtime prior).
+    t1 = [r["features"]["t1_s"] or verify_cost(cm, 0) for r in tr]
+    strong_units = float(np.median([max(0.0, r["c1"] - r["c0"]) / t for r, t in zip(tr, t1)]))
+    # kappa and explore: the most replayed tokens/s on the training prompts, with out-of-fold a0
+    # (ties: the fewest forced looks, kappa nearest 1).
+    grid = [(k, x) for k in KAPPAS for x in EXPLORE]
+    kappa, explore = max(grid, key=lambda g: (replay(tr, oof, cm, g[0], g[1], prior_gain, strong_units)[0],
+                                              g[1], -abs(g[0] - 1)))
+    p0 = m0.predict(X_te)
+    learned_tps, calls = replay(te, p0, cm, kappa, explore, prior_gain, strong_units)
+    best = hindsight(te, cm)
+    a0_te = np.array([r["a0"] for r in te], float)
+    report = {
+        "kind": "gain", "rows_train": len(tr), "rows_heldout": len(te),
+        "prompts_train": len({r["prompt_id"] for r in tr}), "prompts_heldout": len({r["prompt_id"] for r in te}),
+        "hindsight_call_rate_train": float(hindsight(tr, cm).mean()),
+        "agreement_heldout": float((calls == best).mean()),
+        "call_rate_heldout": float(calls.mean()), "hindsight_call_rate_heldout": float(best.mean()),
+        "mae_a0_heldout": float(np.abs(p0 - a0_te).mean()),
+        "mae_a0_heldout_constant": float(np.abs(y_tr.mean() - a0_te).mean()),
+        "sim_tokens_per_s_heldout": {"never": throughput(te, np.zeros(len(te), bool), cm),
+                                     "always": throughput(te, np.ones(len(te), bool), cm),
+                                     "learned": learned_tps, "hindsight": throughput(te, best, cm)},
+        "a0_params": {k: getattr(m0, k) for k in GAIN_GRID},
+        "importance": dict(zip(POOL_FEATURES, m0.feature_importances_.round(4).tolist())),
+        "cost_model": cm,
+    }
+    art = {"kind": "gain", "features": list(POOL_FEATURES), "a0": export_trees(m0), "kappa": float(kappa),
+           "explore": int(explore), "prior_gain": prior_gain, "strong_units": strong_units,
+           "threshold": float(kappa), "report": report}
+    policy = GainPolicy.from_dict(art)
+    # Recorded predictions: the shipped file must reproduce them exactly when loaded (tested), and
+    # a0 equals scikit-learn's own.
+    art["test_vectors"] = [{"features": r["features"], "prob": policy.prob(r["features"]), "a0": float(p0[k])}
+                           for k, r in enumerate(te[:8])]
+    return art, render_gain_report(art)
+
+
+def split_prompts(rows: list[dict], holdout: float, seed: int) -> tuple[list[dict], list[dict]]:
+    """Held-out prompts (not steps): a prompt's steps are correlated."""
+    prompts = sorted({r["prompt_id"] for r in rows})
+    held = set(np.random.default_rng(seed).choice(prompts, max(1, int(len(prompts) * holdout)), replace=False).tolist())
+    return [r for r in rows if r["prompt_id"] not in held], [r for r in rows if r["prompt_id"] in held]
+
+
+def render_gain_report(art: dict) -> str:
+    r = art["report"]
+    sim = r["sim_tokens_per_s_heldout"]
+    lines = ["# Learned scheduler (gain): training report", "",
+             "Calls the strong drafter when the tokens recent calls added beat what a call's extra seconds",
+             "would buy at this generation's pace (treegraft.schedule.GainPolicy). Learned here: a0, the",
+             "tokens the weak tree alone gives, from the pool's features (boosted small regression trees,",
+             "scikit-learn, size by cross-validation over prompts), and kappa / explore, tuned by replaying",
+             "the training prompts' oracle steps (both branches measured) for tokens/s.", "",
+             f"Rows (steps): {r['rows_train']} train / {r['rows_heldout']} held out "
+             f"({r['prompts_train']} / {r['prompts_heldout']} prompts). In hindsight, calling pays on "
+             f"{r['hindsight_call_rate_train']:.0%} of training steps.", "",
+             "| held-out metric | value |", "|---|---|",
+             f"| mean abs. error of a0 (tokens) | {r['mae_a0_heldout']:.2f} (a constant: "
+             f"{r['mae_a0_heldout_constant']:.2f}) |",
+             f"| call rate (hindsight's) | {r['call_rate_heldout']:.1%} ({r['hindsight_call_rate_heldout']:.1%}) |",
+             f"| agreement with hindsight | {r['agreement_heldout']:.1%} |",
+             f"| kappa, explore (tuned on the training prompts) | {art['kappa']:.2f}, "
+             f"{art['explore'] if art['explore'] < 1000 else 'never'} |",
+             f"| a call adds before any is seen (training mean, tokens) | {art['prior_gain']:.2f} |",
+             f"| a call's extra cost before any is measured (target one-token forwards) | {art['strong_units']:.2f} |", "",
+             "Replayed throughput on the held-out prompts' oracle steps under the fitted cost model",
+             "(tokens/s; each step takes the branch the policy picks; hindsight: the best calls for pooled",
+             "tokens/s, knowing both outcomes):", "",
+             "| policy | tokens/s |", "|---|---|"]
+    lines += [f"| {k} | {v:.2f} |" for k, v in sim.items()]
+    lines += ["", f"a0 model: {r['a0_params']}. Feature importance (share of squared-error reduction):", "",
+              "| feature | importance |", "|---|---|"]
+    lines += [f"| {f} | {v:.3f} |" for f, v in r["importance"].items()]
+    cm = r["cost_model"]
+    lines += ["", "Cost model (seconds, isotonic in the nodes sent): verify with "
               + ", ".join(f"{n} nodes {v:.3f}" for n, v in enumerate(cm["verify_s_by_nodes"]))
               + f"; strong per forward {cm['strong_per_forward_s']:.4f}; weak draft {cm['weak_draft_s']:.4f}"]
     return "\n".join(lines) + "\n"
@@ -224,7 +407,7 @@ def cmd_train(a) -> int:
     rows = [json.loads(line) for line in Path(a.data).read_text().splitlines() if line.strip()]
     if len(rows) < 20:
         raise ValueError(f"{a.data} holds {len(rows)} steps; collect more before training")
-    art, report = train(rows, a.holdout, a.seed)
+    art, report = train(rows, a.holdout, a.seed, a.kind)
     art["command"] = " ".join(["python -m treegraft scheduler train"] + sys.argv[3:]) if a.cmdline is None else a.cmdline
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -297,6 +480,9 @@ def main(argv=None) -> int:
     t.add_argument("--out", default=str(DEFAULT_SCHEDULER.parent))
     t.add_argument("--holdout", type=float, default=0.3)
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--kind", default="gain", choices=["gain", "logistic"],
+                   help="gain: predict tokens with and without a call, weigh them with this device's costs; "
+                        "logistic: the first design, a call/skip classifier")
     t.add_argument("--cmdline", default=None, help=argparse.SUPPRESS)
     t.set_defaults(func=cmd_train)
     a = ap.parse_args(argv)
