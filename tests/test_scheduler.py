@@ -153,10 +153,10 @@ def test_the_engine_measures_what_strong_calls_cost_and_bought():
                                     topk=3, auto_budget=True))
     records = list(engine.generate([5, 17, 33, 2, 9]))
     h = engine.history
-    assert len(h.strong_tokens) == len(records) == len(h.strong_extra_s)
+    assert len(h.strong_tokens) == len(records) == len(h.strong_extra_s) + 1  # the first call holds a prefill
     for rec, made in zip(records, h.strong_tokens):
         assert made == sum(n["origin"] in ("graft", "recovered") for n in rec.nodes if n["accepted"])
-    assert len(h.gains) == len(records) and h.tokens == len(engine.new_tokens)
+    assert len(h.gains) == len(records) and h.tokens == len(engine.new_tokens) - len(records[0].new_tokens)
     for rec, gain in zip(records, h.gains):
         assert gain == pytest.approx(len(rec.accepted) + 1 - rec.decision["features"]["weak_expected"])
     later = records[-1].decision["features"]

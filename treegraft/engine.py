@@ -247,18 +247,23 @@ class Engine:
         both measured directly by the oracle)."""
         h = self.history
         o = decision.oracle if decision is not None else None
-        h.tokens += len(rec.new_tokens)
-        h.seconds += (o["c1"] if o["call"] else o["c0"]) if o else spent  # the oracle's kept branch
+        # One-time costs are not a call's price: the first step holds the target's prompt prefill,
+        # a generation's first strong call the strong drafter's.
+        first_call = not any(h.strong_calls[:-1]) if o is None else rec.step == 0
+        if rec.step > 0:
+            h.tokens += len(rec.new_tokens)
+            h.seconds += (o["c1"] if o["call"] else o["c0"]) if o else spent  # the oracle's kept branch
         if o:
             h.strong_tokens.append(o["strong_made"])
-            h.strong_extra_s.append(max(0.0, o["c1"] - o["c0"]))
             h.gains.append(o["a1"] - o["a0"])
+            if not first_call:
+                h.strong_extra_s.append(max(0.0, o["c1"] - o["c0"]))
         elif rec.strong_called and decision is not None:
             h.strong_tokens.append(made_by_strong(tree, path))
             expected = decision.expected if decision.expected is not None else decision.features["weak_expected"]
             h.gains.append(len(path) + 1 - expected)
             c0 = decision.features.get("c0_s") or 0.0
-            if c0 > 0:
+            if c0 > 0 and not first_call:
                 h.strong_extra_s.append(max(0.0, spent - c0))
 
     def cut(self, new: list[int]) -> list[int]:

@@ -237,22 +237,26 @@ def replay(rows: list[dict], a0: np.ndarray, cm: dict, kappa: float, explore: in
     for k, r in enumerate(rows):
         by_prompt.setdefault(r["prompt_id"], []).append(k)
     for ks in by_prompt.values():
-        gains, extras, got, spent, since = [], [], 0.0, 0.0, 0
-        for k in sorted(ks, key=lambda k: rows[k].get("step", 0)):  # stable: file order otherwise
+        gains, extras, got, spent, since, called = [], [], 0.0, 0.0, 0, False
+        for j, k in enumerate(sorted(ks, key=lambda k: rows[k].get("step", 0))):  # stable: file order otherwise
             r, e = rows[k], max(1.0, float(a0[k]))
             c0, c1 = model_costs(r, cm)
             gain = np.mean(gains[-4:]) if gains else prior_gain
             extra = np.mean(extras[-4:]) if extras else strong_units * t1
-            rate = got / spent if spent > 0 else e / c0
+            rate = got / spent if spent > 0 else e / c0  # the pace after the first step, as the engine's
             call = gain / max(1e-9, rate * extra) > kappa or since >= explore
+            a, c = (r["a1"], c1) if call else (r["a0"], c0)
             if call:
                 gains.append(r["a1"] - e)
-                extras.append(c1 - c0)
-                got, spent, since = got + r["a1"], spent + c1, 0
+                if called:  # as the engine: a first call's seconds hold a prefill, not its price
+                    extras.append(c1 - c0)
+                called, since = True, 0
             else:
-                got, spent, since = got + r["a0"], spent + c0, since + 1
+                since += 1
+            if j > 0:
+                got, spent = got + a, spent + c
+            tokens, seconds = tokens + a, seconds + c
             calls[k] = call
-        tokens, seconds = tokens + got, seconds + spent
     return tokens / seconds, calls
 
 

@@ -644,7 +644,11 @@ def decision_figure(records: list[StepRecord]) -> go.Figure:
 FEATURE_UNITS = {"root_top1": "probability", "root_entropy": "nats", "pool_mass_top16": "probability mass",
                  "best_value": "log-prob (nats)", "confident_depth": "fraction of depth D",
                  "recent_accept": "tokens/forward", "recent_strong_gain": "tokens/forward",
-                 "position": "log(1 + tokens)"}
+                 "position": "log(1 + tokens)", "weak_nodes": "log(1 + nodes)", "mass_depth1": "probability mass",
+                 "mass_depth2": "probability mass", "mass_deep": "probability mass", "weak_expected": "tokens",
+                 "recent_strong_tokens": "tokens", "steps_since_call": "log(1 + steps)", "weak_n": "nodes",
+                 "c0_s": "s", "t1_s": "s", "strong_s": "s", "recent_gain": "tokens", "calls_seen": "calls",
+                 "rate_so_far": "tokens/s"}
 
 
 def features_figure(records: list[StepRecord]) -> go.Figure:
