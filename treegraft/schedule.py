@@ -178,13 +178,8 @@ class LearnedPolicy(Policy):
     source: str = ""
 
     @classmethod
-    def load(cls, path: str | Path | None = None) -> "LearnedPolicy":
-        p = Path(path) if path else DEFAULT_SCHEDULER
-        if not p.exists():
-            raise FileNotFoundError(f"no learned scheduler at {p}; train one with "
-                                    f"`python -m treegraft scheduler train`")
-        d = json.loads(p.read_text())
-        return cls(tuple(d["features"]), d["mean"], d["std"], d["weights"], d["bias"], d["threshold"], source=str(p))
+    def from_dict(cls, d: dict, source: str = "") -> "LearnedPolicy":
+        return cls(tuple(d["features"]), d["mean"], d["std"], d["weights"], d["bias"], d["threshold"], source=source)
 
     def contributions(self, feats: dict) -> dict:
         return {f: w * (feats[f] - m) / s for f, m, s, w in zip(self.features, self.mean, self.std, self.weights)}
@@ -258,22 +253,19 @@ class GainPolicy(Policy):
         a0 = self.expected(feats)
         gain = feats.get("recent_gain", 0.0) if feats.get("calls_seen") else self.prior_gain
         c0, c1 = step_seconds(feats, self.strong_units)
-        rate = feats.get("rate_so_far") or a0 / c0
-        if not feats.get("c0_s") or not feats.get("t1_s"):
-            rate = a0 / c0  # no seconds to compare with: per target forward
+        rate = (feats.get("rate_so_far") or a0 / c0) if timed(feats) else a0 / c0  # untimed: per target forward
         return a0, gain, rate, c1 - c0
 
     def prob(self, feats: dict) -> float:
         """The score: tokens a call adds over the tokens its time would buy (calls above kappa)."""
-        _, gain, rate, extra = self.terms(feats)
-        return gain / max(1e-9, rate * extra)
+        return gain_score(*self.terms(feats)[1:])
 
     def decide(self, feats: dict, step: int) -> Decision:
         a0, gain, rate, extra = self.terms(feats)
-        score = gain / max(1e-9, rate * extra)
+        score = gain_score(gain, rate, extra)
         due = feats.get("steps_since_call", 0.0) >= math.log1p(self.explore)
         call = score > self.kappa or due
-        per, unit = ("s", "s") if feats.get("c0_s") and feats.get("t1_s") else ("target forward", "target forwards")
+        per, unit = ("s", "s") if timed(feats) else ("target forward", "target forwards")
         seen = "recent calls added" if feats.get("calls_seen") else "a call adds (training mean)"
         reason = (f"{seen} {gain:+.2f} tokens to the weak tree's expected {a0:.2f}; at {rate:.2f} tokens per {per} "
                   f"the call's {extra:.3f} {unit} would buy {rate * extra:.2f}: ratio {score:.2f} "
@@ -282,14 +274,23 @@ class GainPolicy(Policy):
         return Decision(call, self.name, reason, score=score, threshold=self.kappa, features=feats, expected=a0)
 
 
+def gain_score(gain: float, rate: float, extra: float) -> float:
+    """Tokens a call adds over the tokens its extra time would buy at `rate` (GainPolicy calls above kappa)."""
+    return gain / max(1e-9, rate * extra)
+
+
+def timed(feats: dict) -> bool:
+    """Whether the features carry this device's seconds (the engine had a cost curve)."""
+    return (feats.get("c0_s") or 0.0) > 0 and (feats.get("t1_s") or 0.0) > 0
+
+
 def step_seconds(feats: dict, strong_units: float) -> tuple[float, float]:
     """A step's expected seconds without and with a strong call on this device: c0_s, and c0_s plus
     the recent calls' measured extra (or, before any, strong_units target one-token forwards). With no
     cost curve (no t1_s), in target forwards instead."""
-    t1, c0 = feats.get("t1_s") or 0.0, feats.get("c0_s") or 0.0
-    if c0 <= 0 or t1 <= 0:
+    if not timed(feats):
         return 1.0, 1.0 + strong_units
-    return c0, c0 + (feats.get("strong_s") or strong_units * t1)
+    return feats["c0_s"], feats["c0_s"] + (feats.get("strong_s") or strong_units * feats["t1_s"])
 
 
 def load_learned(path: str | Path | None = None) -> Policy:
@@ -298,10 +299,7 @@ def load_learned(path: str | Path | None = None) -> Policy:
     if not p.exists():
         raise FileNotFoundError(f"no learned scheduler at {p}; train one with `python -m treegraft scheduler train`")
     d = json.loads(p.read_text())
-    if d.get("kind") == "gain":
-        return GainPolicy.from_dict(d, source=str(p))
-    return LearnedPolicy(tuple(d["features"]), d["mean"], d["std"], d["weights"], d["bias"], d["threshold"],
-                         source=str(p))
+    return (GainPolicy if d.get("kind") == "gain" else LearnedPolicy).from_dict(d, source=str(p))
 
 
 def make_policy(name: str, every_k: int = 2, path: str | None = None) -> Policy:

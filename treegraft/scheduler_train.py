@@ -40,7 +40,7 @@ from .bench.run import run_bench
 from .engine import Engine
 from .models import save_json
 from .options import add_model_args, add_tree_args, encode_prompt, gen_config, trio_from_args
-from .schedule import DEFAULT_SCHEDULER, FEATURES, POOL_FEATURES, GainPolicy, LearnedPolicy
+from .schedule import DEFAULT_SCHEDULER, FEATURES, POOL_FEATURES, GainPolicy, LearnedPolicy, gain_score
 
 
 # ---------------------------------------------------------------- cost model, labels, logistic fit
@@ -244,7 +244,7 @@ def replay(rows: list[dict], a0: np.ndarray, cm: dict, kappa: float, explore: in
             gain = np.mean(gains[-4:]) if gains else prior_gain
             extra = np.mean(extras[-4:]) if extras else strong_units * t1
             rate = got / spent if spent > 0 else e / c0  # the pace after the first step, as the engine's
-            call = gain / max(1e-9, rate * extra) > kappa or since >= explore
+            call = gain_score(gain, rate, extra) > kappa or since >= explore
             a, c = (r["a1"], c1) if call else (r["a0"], c0)
             if call:
                 gains.append(r["a1"] - e)
