@@ -188,13 +188,15 @@ def test_method_specs_take_graft_overrides():
     ms = parse_methods("tree-strong[depth=3,budget=auto],treegraft:always[budget=8,topk=2,graft_h=3]", "never")
     assert ms[0].tree == {"depth": 3, "budget": 64, "auto_budget": True} and ms[0].graft == {}
     assert ms[1].tree == {"budget": 8, "auto_budget": False, "topk": 2} and ms[1].graft == {"graft_h": 3}
+    assert parse_methods("tree-weak[calibrate=1]", "never")[0].tree == {"calibrate": True}
     for bad, message in (("treegraft[graft_q=1]", "unknown knob 'graft_q'"),
                          ("tree-weak[budget=many]", "budget takes an integer or 'auto'"),
                          ("tree-weak[depth=0]", "depth must be an integer in [1, 32]"),
                          ("treegraft[blend=2]", "blend must be in"),
                          ("treegraft[graft_g=x]", "graft_g takes a int"),
                          ("assisted[graft_g=0]", "engine methods only"),
-                         ("treegraft[graft_g=0", "must end with")):
+                         ("treegraft[graft_g=0", "must end with"),
+                         ("tree-weak[calibrate=yes]", "calibrate takes 0 or 1")):
         with pytest.raises(ConfigError, match=re.escape(message)):
             parse_methods(bad, "always")
 

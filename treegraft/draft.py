@@ -18,11 +18,11 @@ def add_children(tree: DraftTree, parent: int, logp: torch.Tensor, k: int, origi
     Tokens at the row's floor are no proposal (a prompt-lookup row puts every unseen token there)."""
     top = torch.topk(logp, k)
     floor = float(logp.min())
-    made = []
+    made, depth = [], 1 if parent == ROOT else tree.nodes[parent].depth + 1
     for lp, tok in zip(top.values.tolist(), top.indices.tolist()):
         if lp <= floor:
             break
-        i, created = tree.add(parent, tok, lp, origin, **{f"{role}_logp": lp})
+        i, created = tree.add(parent, tok, tree.scored(role, lp, depth), origin, **{f"{role}_logp": lp})
         if created:
             made.append(i)
     return made
@@ -40,12 +40,13 @@ def expand(runner: Runner, tree: DraftTree, parents: list[int], root_pos: int, k
 
 
 def draft_tree(runner: Runner, seq: list[int], depth: int, topk: int, width: int | None = None,
-               role: str = "weak", origin: str | None = None, more=None) -> tuple[DraftTree, int]:
+               role: str = "weak", origin: str | None = None, more=None, scale=None) -> tuple[DraftTree, int]:
     """Build a drafter's candidate pool below the root seq[-1]. Returns (tree, drafter forwards).
-    `more(tree, parents)`, if given, may stop before a level (the hardware-aware depth)."""
+    `more(tree, parents)`, if given, may stop before a level (the hardware-aware depth); `scale`
+    (treegraft.calibrate) puts scores on the acceptance scale."""
     origin = origin or role
     width = width or topk
-    tree = DraftTree()
+    tree = DraftTree(scale=scale)
     root_pos = len(seq) - 1
     root_logp = torch.log_softmax(runner.catch_up(seq)[0], dim=-1)
     tree.rows[role][ROOT] = root_logp

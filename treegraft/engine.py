@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .budget import another_level_pays, choose_budget
+from .calibrate import Calibration
 from .costs import target_curve
 from .draft import draft_tree
 from .graft import GraftConfig, recover, reselect, rescore, graft
@@ -44,6 +45,7 @@ class GenConfig:
     every_k: int = 2
     scheduler_path: str | None = None
     graft: GraftConfig = field(default_factory=GraftConfig)
+    calibrate: bool = False           # score nodes by measured acceptance rates (treegraft.calibrate)
     record_stages: bool = True        # keep per-stage snapshots of the tree (the app replays them)
 
     def check(self) -> None:
@@ -101,6 +103,8 @@ class Engine:
         # The scheduler weighs seconds on this device: it reads the same measured curve, fixed budget or not.
         weighs = cfg.method == "treegraft" and cfg.policy in ("learned", "oracle")
         self.cost_curve = target_curve(trio) if self.curve is None and weighs else self.curve
+        self.calibration = Calibration(skip=tuple(r.name for r in (self.weak, self.strong)
+                                                  if getattr(r.model, "calibrated", False)))
         self.seq: list[int] = []
         self.prompt_len = 0
         self.records: list[StepRecord] = []
@@ -116,6 +120,7 @@ class Engine:
             r.reset()
         self.seq, self.prompt_len, self.records = list(prompt_ids), len(prompt_ids), []
         self.history = History()
+        self.calibration.reset()
         self.generator.manual_seed(self.cfg.seed)
 
     @property
@@ -149,7 +154,8 @@ class Engine:
         else:
             drafter = self.strong if cfg.method == "tree-strong" else self.weak
             tree, _ = draft_tree(drafter, seq, depth, cfg.topk, cfg.width, role=drafter.name,
-                                 more=self.more(depth, clock))
+                                 more=self.more(depth, clock),
+                                 scale=self.calibration.score if cfg.calibrate else None)
             clock.lap(f"draft_{drafter.name}")
             self.snap(rec, "weak pool" if drafter is self.weak else "strong pool", tree)
             if cfg.method == "treegraft":
@@ -222,6 +228,8 @@ class Engine:
             r.commit(path)
         for i in path:
             tree.nodes[i].accepted = True
+        if self.cfg.calibrate:
+            self.calibration.update(tree, path, bonus)
         new = [tree.nodes[i].token for i in path] + [bonus]
         new = self.cut(new)
         self.seq += new

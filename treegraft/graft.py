@@ -46,10 +46,12 @@ class GraftConfig:
 
 
 def _blend(node, cfg: GraftConfig, tree: DraftTree) -> float:
-    if node.weak_logp is None or node.strong_logp is None:
-        return node.strong_logp if node.strong_logp is not None else node.weak_logp
-    mixed = cfg.blend * node.strong_logp + (1.0 - cfg.blend) * node.weak_logp
-    return max(mixed, node.weak_logp) if cfg.keep_calibrated and tree.weak_calibrated else mixed
+    w = None if node.weak_logp is None else tree.scored("weak", node.weak_logp, node.depth)
+    s = None if node.strong_logp is None else tree.scored("strong", node.strong_logp, node.depth)
+    if w is None or s is None:
+        return s if s is not None else w
+    mixed = cfg.blend * s + (1.0 - cfg.blend) * w
+    return max(mixed, w) if cfg.keep_calibrated and tree.weak_calibrated else mixed
 
 
 def _rescore_children(tree: DraftTree, parent: int, logp: torch.Tensor, cfg: GraftConfig) -> None:

@@ -49,6 +49,9 @@ def add_tree_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--policy", default=None, choices=POLICIES, help="when TreeGraft calls the strong drafter")
     g.add_argument("--every-k", type=int, default=d.every_k)
     g.add_argument("--scheduler", default=None, help="learned scheduler file (default: the shipped one)")
+    g.add_argument("--calibrate", action=argparse.BooleanOptionalAction, default=d.calibrate,
+                   help="score tree nodes by the acceptance rate measured on this generation for the drafter's "
+                        "log-probability at that depth (treegraft.calibrate), not by the log-probability itself")
     for f in dataclasses.fields(GraftConfig):  # --rescore-m, --recover-k, --graft-g, ... --blend
         g.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default, help=f.metadata["help"])
 
@@ -72,6 +75,7 @@ def gen_config(a, method: str) -> GenConfig:
                     auto_budget=auto, depth=a.depth,
                     topk=a.topk, width=a.width, temperature=a.temperature, top_p=a.top_p, seed=a.seed,
                     policy=a.policy or default_policy(), every_k=a.every_k, scheduler_path=a.scheduler,
+                    calibrate=a.calibrate,
                     graft=GraftConfig(**{f.name: getattr(a, f.name) for f in dataclasses.fields(GraftConfig)}))
     cfg.check()
     return cfg

@@ -8,6 +8,7 @@ step (weak pool, rescored, grafted, selected, verified) can refer to the same no
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 ROOT = -1
@@ -43,6 +44,9 @@ class DraftTree:
     # the weak drafter's opinion of it. Not part of snapshots.
     rows: dict = field(default_factory=lambda: {"weak": {}, "strong": {}})
     weak_calibrated: bool = False  # the weak drafter's scores are measured hit rates (prompt lookup)
+    # (role, log-prob, depth) -> score: treegraft.calibrate's measured acceptance rates, or None to rank
+    # by the drafters' own log-probabilities. Not part of snapshots.
+    scale: Callable[[str, float, int], float] | None = None
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -59,6 +63,9 @@ class DraftTree:
         self.nodes.append(node)
         self._child[key] = node.id
         return node.id, True
+
+    def scored(self, role: str, logp: float, depth: int) -> float:
+        return logp if self.scale is None else self.scale(role, logp, depth)
 
     def child(self, parent: int, token: int) -> int | None:
         return self._child.get((parent, int(token)))

@@ -7,7 +7,7 @@ decoding (`generate(prompt_lookup_num_tokens=10)`), the linear twin of our `ngra
 and time them, so every method reports tau and a per-phase time split in the same units.
 
 An engine method may end in overrides, an ablation: GraftConfig knobs and the tree's own (`budget`
-= an integer or `auto`, `depth`, `topk`, `width`), e.g. `treegraft:always[graft_g=0,blend=0]` or
+= an integer or `auto`, `depth`, `topk`, `width`, `calibrate` = 0 or 1), e.g. `treegraft:always[graft_g=0,blend=0]` or
 `tree-strong[depth=3,budget=auto]` (its label in results.csv is the whole spec)."""
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def parse_name(name: str, default_policy: str) -> Method:
                       f"[knob=value,...] (GraftConfig knobs)")
 
 
-TREE_KNOBS = ("budget", "depth", "topk", "width")
+TREE_KNOBS = ("budget", "depth", "topk", "width", "calibrate")
 
 
 def parse_knobs(spec: str, text: str) -> tuple[dict, dict]:
@@ -129,6 +129,10 @@ def parse_knobs(spec: str, text: str) -> tuple[dict, dict]:
 def _tree_knob(spec: str, key: str, val: str) -> dict:
     if key == "budget" and val == "auto":
         return {"budget": AUTO_CAP, "auto_budget": True}
+    if key == "calibrate":
+        if val not in ("0", "1"):
+            raise ConfigError(f"{spec!r}: calibrate takes 0 or 1, got {val!r}")
+        return {"calibrate": val == "1"}
     try:
         return {key: int(val)} | ({"auto_budget": False} if key == "budget" else {})
     except ValueError:
