@@ -193,6 +193,16 @@ def charts(run: ui.Run) -> list:
     raced = bool(run.race)
     figs = [viz.accept_figure(run.records)]
     st.plotly_chart(figs[0], key="accept_chart")
+    # A toggle, like the node table's: a collapsed expander would still build the table on every Step.
+    if st.toggle("Show where the accepted tokens came from (this run, by provenance and depth)", key="provenance"):
+        st.caption("Nodes sent to the target over every step so far, by who proposed them and their depth in the "
+                   "tree; each cell: accepted / sent (acceptance rate). A node rescored by the strong drafter "
+                   "counts as rescored, one only the strong drafter proposed as recovered or grafted.")
+        table = viz.provenance_table(run.records)
+        if table.empty:
+            st.caption("No draft was sent to the target yet (ar drafts nothing).")
+        else:
+            st.dataframe(table, hide_index=True)
     behind = raced and run.race_tokens < len(run.engine.new_tokens)
     c = st.columns([1, 3])
     if c[0].button("Compare with baselines" if not raced else "Bring the comparison up to date",

@@ -94,6 +94,14 @@ def test_step_draws_the_selected_tree_and_the_stage_slider_replays_it():
     stack = [t for t in charts["accept"][0]["data"] if t.get("meta") == "stack"]
     assert [sum(t["y"][i] for t in stack) for i in range(2)] == [r.accept_len for r in recs]
     assert "throughput" not in charts  # speed charts wait for a comparison
+    # The run's acceptance by provenance and depth: what was sent, and taken, over both steps.
+    sent = sum(len(r.selected) for r in recs)
+    assert not at.dataframe  # built only when asked for
+    at.toggle(key="provenance").set_value(True).run()
+    clean(at)
+    shown = at.dataframe[0].value
+    totals = [int(c.split("/")[1].split(" ")[0]) for c in shown["all depths"]]
+    assert sum(totals) == sent and "provenance" in shown.columns
     # Exports: the trace reloads as the same steps, the GraphML as the same tree.
     run = at.session_state["run"]
     meta, steps = loads_trace(run.trace())
@@ -290,6 +298,12 @@ def test_viz_alone_on_a_hand_built_record():
     assert all(pos[n["id"]][0] == n["depth"] for n in nodes) and pos["root"][0] == 0
     assert pos[0][1] < pos[1][1]  # the more likely branch is drawn on top
     assert "<graphml" in viz.tree_graphml(rec) and len(viz.nodes_table(rec)) == 4
+    # Where accepted tokens came from: node 0 (weak, depth 1) taken; 1 (weak, depth 1) and 2 (graft,
+    # depth 2) sent but not taken; 3 never sent.
+    prov = viz.provenance_table([rec, rec]).set_index("provenance")
+    assert list(prov.columns) == ["depth 1", "depth 2", "all depths"]
+    assert prov.loc[viz.PROVENANCE["weak"][0]].tolist() == ["2/4 (50%)", "", "2/4 (50%)"]
+    assert prov.loc[viz.PROVENANCE["graft"][0]].tolist() == ["", "0/2 (0%)", "0/2 (0%)"]
 
 
 def test_a_cut_step_counts_its_tokens_right_and_a_long_prompt_prefills_outside_the_step():

@@ -238,3 +238,16 @@ def test_assisted_refuses_a_feature_drafter_with_a_clear_message(tmp_path):
     with pytest.raises(ConfigError, match="hidden states"):
         run_bench(trio, PROMPTS[:1], ["ar", "assisted"], CFG, tmp_path, warmup=False)
     run_bench(trio, PROMPTS[:1], ["ar", "tree-strong"], CFG, tmp_path / "ok", warmup=False)
+
+
+def test_provenance_markdown_pools_prompts_per_method():
+    from treegraft.bench.report import provenance_markdown
+    outputs = {("p1", "treegraft:always"): {"provenance": {"recovered": {"1": [2, 1]}, "weak": {"1": [4, 2], "2": [1, 0]}}},
+               ("p2", "treegraft:always"): {"provenance": {"weak": {"1": [4, 1]}}},
+               ("p1", "ar"): {"provenance": {}}}
+    md = provenance_markdown(outputs)
+    table = md[md.index("## treegraft:always"):].splitlines()
+    assert table[2] == "| provenance | depth 1 | depth 2 | all |"
+    assert table[4] == "| weak | 3/8 (38%) | 0/1 (0%) | 3/9 (33%) |"  # pooled over both prompts
+    assert table[5] == "| recovered | 1/2 (50%) |  | 1/2 (50%) |"    # weak first: the KINDS order
+    assert "## ar" not in md

@@ -95,6 +95,20 @@ def provenance_by_depth(records: list[StepRecord]) -> dict:
     return out
 
 
+def provenance_rows(by_depth: dict) -> tuple[list[int], list[tuple[str, list[str], str]]]:
+    """provenance_by_depth's counts as table cells: (depths, [(provenance, ['accepted/sent (rate)' per
+    depth, '' where none was sent], the provenance's total)]), provenances in KINDS order."""
+    depths = sorted({int(d) for cells in by_depth.values() for d in cells})
+    rows = []
+    for kind in sorted(by_depth, key=lambda k: KINDS.index(k) if k in KINDS else len(KINDS)):
+        cells = {int(d): c for d, c in by_depth[kind].items()}
+        row = [f"{cells[d][1]}/{cells[d][0]} ({cells[d][1] / cells[d][0]:.0%})" if cells.get(d, [0])[0] else ""
+               for d in depths]
+        sent, acc = sum(c[0] for c in cells.values()), sum(c[1] for c in cells.values())
+        rows.append((kind, row, f"{acc}/{sent} ({acc / max(1, sent):.0%})"))
+    return depths, rows
+
+
 def provenance_summary(rec: StepRecord) -> dict:
     """What the strong drafter changed in one step, and where the step's tokens came from (provenance:
     see `prov`). Returns counts over the final pool, the nodes sent to the target and the accepted

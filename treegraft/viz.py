@@ -28,7 +28,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from . import colors
-from .record import StepRecord, provenance_summary
+from .record import StepRecord, provenance_by_depth, provenance_rows, provenance_summary
 
 ROOT = -1
 POOL_STAGES = ("weak pool", "strong pool", "rescored", "recovered", "grafted")
@@ -532,6 +532,15 @@ def speedup_figure(runs: dict[str, list[StepRecord]], title: str = "Running spee
 
 
 SPEED_MEASURES = ("wall time", "per target forward", "median step cost")
+
+
+def provenance_table(records: list[StepRecord]) -> pd.DataFrame:
+    """Where a run's accepted tokens came from: per provenance (legend labels), per depth, accepted /
+    sent to the target (rate), over every step so far."""
+    depths, rows = provenance_rows(provenance_by_depth(records))
+    return pd.DataFrame([{"provenance": PROVENANCE.get(kind, (kind,))[0]}
+                         | {f"depth {d}": cell for d, cell in zip(depths, row)} | {"all depths": total}
+                         for kind, row, total in rows])
 
 
 def speed_table(runs: dict[str, list[StepRecord]]) -> pd.DataFrame:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import plotly.graph_objects as go
 
+from ..record import provenance_rows
 from .store import PHASE_COLUMNS
 
 REPORT = "report.html"
@@ -94,13 +95,9 @@ def provenance_markdown(outputs: dict) -> str:
              "by the strong drafter, graft / recovered = proposed by the strong drafter inside TreeGraft,",
              "strong = tree-strong's) and depth; each cell: accepted / sent (acceptance rate).", ""]
     for method in sorted(pooled):
-        depths = sorted({d for kinds in pooled[method].values() for d in kinds})
+        depths, rows = provenance_rows(pooled[method])
         lines += [f"## {method}", "", "| provenance | " + " | ".join(f"depth {d}" for d in depths) + " | all |",
                   "|---|" + "---|" * (len(depths) + 1)]
-        for kind, cells in sorted(pooled[method].items()):
-            row = [f"{cells[d][1]}/{cells[d][0]} ({cells[d][1] / cells[d][0]:.0%})" if cells.get(d, [0])[0] else ""
-                   for d in depths]
-            sent, acc = sum(c[0] for c in cells.values()), sum(c[1] for c in cells.values())
-            lines.append(f"| {kind} | " + " | ".join(row) + f" | {acc}/{sent} ({acc / max(1, sent):.0%}) |")
+        lines += [f"| {kind} | " + " | ".join(row) + f" | {total} |" for kind, row, total in rows]
         lines.append("")
     return "\n".join(lines)
