@@ -80,34 +80,41 @@ def run_pairs(pairs: list[Pair], prompts: list, cfg, out: Path, load, progress=N
 
 
 def table(pairs: list[Pair], out: Path) -> pd.DataFrame:
-    """One row per pair x set (+ the pair's mean over sets): tau per method, TreeGraft over the better
-    endpoint, tokens/s over the pair's own ar (pooled per set), and whether every output equals ar's."""
-    rows = []
+    """One row per pair x set, then the pair's mean over its sets ("mean": per-set ratios averaged, the
+    better endpoint chosen per set) and its prompts pooled ("pooled": tokens over target forwards of all
+    its prompts, the better endpoint chosen once for the pair): tau per method, TreeGraft over the
+    better endpoint, tokens/s over the pair's own ar, and whether every output equals ar's."""
+    rows, pooled = [], []
     for pair in pairs:
         if not (out / pair.slug / "results.csv").exists():
             continue
         df = finish(out / pair.slug)
-        for suite, g in df.groupby("suite", sort=False):
-            row = {"pair": pair.label, "set": suite, "prompts": g["prompt_id"].nunique()}
-            ar = g[g["method"] == "ar"]
-            ar_tps = ar["new_tokens"].sum() / ar["wall_s"].sum() if len(ar) else float("nan")
-            for m, mg in g[g["method"] != "ar"].groupby("method"):
-                row[f"tau {m}"] = mg["new_tokens"].sum() / mg["target_forwards"].sum()
-                row[f"x ar {m}"] = mg["new_tokens"].sum() / mg["wall_s"].sum() / ar_tps
-                row[f"calls {m}"] = (mg["strong_calls"].sum() / mg["target_forwards"].sum()) if "treegraft" in m else None
-            best = max(row.get("tau tree-weak", float("nan")), row.get("tau tree-strong", float("nan")))
-            for m in ("treegraft:always", "treegraft:learned"):
-                row[f"{m} / best endpoint"] = row.get(f"tau {m}", float("nan")) / best
-            row["outputs = ar"] = bool(len(ar)) and bool((g["matches_ar"] == 1).all())
-            rows.append(row)
+        rows += [_row(pair, suite, g) for suite, g in df.groupby("suite", sort=False)]
+        pooled.append(_row(pair, "pooled", df))
     t = pd.DataFrame(rows)
     if len(t):
         means = t.groupby("pair", sort=False).mean(numeric_only=True).reset_index().assign(set="mean")
         means["outputs = ar"] = t.groupby("pair", sort=False)["outputs = ar"].all().values
-        order = {p.label: i for i, p in enumerate(pairs)}   # as listed, each pair's mean after its sets
-        t = pd.concat([t, means], ignore_index=True)
+        order = {p.label: i for i, p in enumerate(pairs)}   # as listed, each pair's mean and pooled after its sets
+        t = pd.concat([t, means, pd.DataFrame(pooled)], ignore_index=True)
+        t["prompts"] = t["prompts"].round().astype(int)  # the mean row's is the mean per set
         t = t.iloc[sorted(range(len(t)), key=lambda i: order[t["pair"].iloc[i]])].reset_index(drop=True)
     return t
+
+
+def _row(pair: Pair, name: str, g: pd.DataFrame) -> dict:
+    row = {"pair": pair.label, "set": name, "prompts": g["prompt_id"].nunique()}
+    ar = g[g["method"] == "ar"]
+    ar_tps = ar["new_tokens"].sum() / ar["wall_s"].sum() if len(ar) else float("nan")
+    for m, mg in g[g["method"] != "ar"].groupby("method"):
+        row[f"tau {m}"] = mg["new_tokens"].sum() / mg["target_forwards"].sum()
+        row[f"x ar {m}"] = mg["new_tokens"].sum() / mg["wall_s"].sum() / ar_tps
+        row[f"calls {m}"] = (mg["strong_calls"].sum() / mg["target_forwards"].sum()) if "treegraft" in m else None
+    best = max(row.get("tau tree-weak", float("nan")), row.get("tau tree-strong", float("nan")))
+    for m in ("treegraft:always", "treegraft:learned"):
+        row[f"{m} / best endpoint"] = row.get(f"tau {m}", float("nan")) / best
+    row["outputs = ar"] = bool(len(ar)) and bool((g["matches_ar"] == 1).all())
+    return row
 
 
 def markdown(t: pd.DataFrame) -> str:
