@@ -125,3 +125,19 @@ def test_a_calibrated_weak_score_is_kept_only_when_asked(keep):
         plain = n["strong_logp"]  # blend = 1
         assert n["score"] == pytest.approx(max(plain, n["weak_logp"]) if keep else plain)
     assert any(n["weak_logp"] > n["strong_logp"] for n in both)  # the rule had something to decide
+
+
+def test_a_strong_row_at_its_floor_has_no_opinion():
+    """Prompt lookup as the STRONG drafter: a weak child that lookup never proposed sits at its row's
+    floor; rescoring must leave that child's weak score alone, not sink it to the floor."""
+    from treegraft.graft import _rescore_children
+    from treegraft.tree import ROOT, DraftTree
+    tree = DraftTree()
+    tree.add(ROOT, 3, -0.2, "weak", weak_logp=-0.2)
+    tree.add(ROOT, 4, -1.5, "weak", weak_logp=-1.5)
+    row = torch.full((8,), -30.0)
+    row[4] = -0.1  # lookup saw 4 follow this context, never 3
+    _rescore_children(tree, ROOT, row, GraftConfig(keep_calibrated=0))
+    kept, rescored = tree.nodes
+    assert (kept.score, kept.strong_logp, kept.rescored) == (-0.2, None, False)
+    assert rescored.rescored and rescored.score == pytest.approx(-0.1)

@@ -59,7 +59,10 @@ def _rescore_children(tree: DraftTree, parent: int, logp: torch.Tensor, cfg: Gra
     if not kids or float(logp.max()) <= float(logp.min()):
         return  # a flat row (prompt lookup found nothing) is no opinion: keep the scores
     lps = logp[[n.token for n in kids]].tolist()
+    floor = float(logp.min())
     for n, lp in zip(kids, lps):
+        if lp <= floor:
+            continue  # no proposal there (prompt lookup's floor): no opinion, not a low score
         n.strong_logp = lp
         n.rescored = True
         n.score = _blend(n, cfg, tree)
