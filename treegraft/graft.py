@@ -25,11 +25,16 @@ def knob(default, what: str, lo, hi):
 class GraftConfig:
     """The strong drafter's knobs: each one's default, help (the command line's --rescore-m etc.)
     and allowed range live here, once."""
+    # The strong drafter's own subtree is shaped like the tree it would draft alone (4 children per
+    # node, 4 positions, as deep as the tree): measured at a fixed budget on all seven pairs, a
+    # narrower one (k_r=2, G=2, h=2, 3 children) lost to tree-strong wherever the strong drafter is
+    # the better one (qwen-coder: 0.75-0.83 of its tau; README "Tree quality at one fixed budget").
+    # With --budget auto a graft level still runs only while it pays.
     rescore_m: int = knob(16, "M: pool nodes the strong drafter rescores", 0, 256)
-    recover_k: int = knob(2, "k_r: strong top-k recovered per scored parent", 0, 256)
-    graft_g: int = knob(2, "G: graft positions", 0, 256)
-    graft_h: int = knob(2, "h: graft subtree depth", 0, 256)
-    graft_k: int = knob(3, "children per node inside a graft", 0, 256)
+    recover_k: int = knob(4, "k_r: strong top-k recovered per scored parent", 0, 256)
+    graft_g: int = knob(4, "G: graft positions", 0, 256)
+    graft_h: int = knob(6, "h: graft subtree depth (the tree's depth D caps it)", 0, 256)
+    graft_k: int = knob(4, "children per node inside a graft", 0, 256)
     # s = blend * log q_s + (1 - blend) * log q_w where both are known
     blend: float = knob(1.0, "weight of log q_s in a rescored node's score", 0, 1)
     # A weak score that is a measured hit rate (prompt lookup calibrates itself online) is evidence of
