@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent / "treegraft"
 LAYERS = [
     ("model plumbing", {"errors", "chunks", "fastpath", "trios", "models", "kv", "eagle", "skip", "lookup", "tree",
                         "record", "costs"}),
-    ("method", {"treegraft", "draft", "graft", "verify", "schedule", "budget", "engine"}),  # treegraft: the public API
+    ("method", {"treegraft", "draft", "graft", "verify", "schedule", "budget", "calibrate", "engine"}),  # treegraft: the public API
     ("options", {"options"}),  # settings and prompts from the outside world, shared by every front end
     ("tooling and presentation", {"distill", "bench", "scheduler_train", "profile", "viz", "colors"}),
     ("entry points", {"cli", "__main__"}),
