@@ -15,7 +15,7 @@ import pandas as pd
 
 
 def pooled(df: pd.DataFrame) -> pd.DataFrame:
-    g = df.groupby("method", sort=False)[["new_tokens", "target_forwards", "wall_s", "strong_calls"]].sum()
+    g = df.groupby("method", sort=False)[["new_tokens", "target_forwards", "wall_s"]].sum()
     g["tau"] = g.new_tokens / g.target_forwards
     g["tps"] = g.new_tokens / g.wall_s
     return g

@@ -74,10 +74,3 @@ class Calibration:
                     self.counts[cell][1] += 1.0
                 tests += 1
         return tests
-
-    def table(self) -> list[dict]:
-        """The measured cells (for the app and reports): role, depth (0 = all), bin, hits, tests."""
-        lo = (-math.inf,) + EDGES
-        hi = EDGES + (0.0,)
-        return [{"role": r, "depth": d, "logp_from": lo[b], "logp_to": hi[b], "hits": h, "tests": t}
-                for (r, d, b), (h, t) in sorted(self.counts.items())]

@@ -61,13 +61,12 @@ def _blend(node, cfg: GraftConfig, tree: DraftTree) -> float:
 
 def _rescore_children(tree: DraftTree, parent: int, logp: torch.Tensor, cfg: GraftConfig) -> None:
     kids = [n for n in tree.nodes if n.parent == parent]
-    if not kids or float(logp.max()) <= float(logp.min()):
-        return  # a flat row (prompt lookup found nothing) is no opinion: keep the scores
-    lps = logp[[n.token for n in kids]].tolist()
+    if not kids:
+        return
     floor = float(logp.min())
-    for n, lp in zip(kids, lps):
+    for n, lp in zip(kids, logp[[n.token for n in kids]].tolist()):
         if lp <= floor:
-            continue  # no proposal there (prompt lookup's floor): no opinion, not a low score
+            continue  # the row's floor is no proposal (prompt lookup's unseen tokens, or a flat row): no opinion
         n.strong_logp = lp
         n.rescored = True
         n.score = _blend(n, cfg, tree)
