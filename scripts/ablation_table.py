@@ -1,6 +1,9 @@
 """Tree quality per pair from finished `bench` runs (one directory per pair, e.g. runs/ablate16/*):
 each method's tau pooled over the pair's prompts (tokens / target forwards), over the better endpoint
-(tree-weak or tree-strong, whichever has the higher pooled tau on that pair), and tokens/s over `ar`.
+(tree-weak or tree-strong, whichever has the higher pooled tau on that pair), and tokens/s over `ar`;
+where a run has them, the speed checks of issue 12 per pair (`learned` against the endpoints, never,
+always and the oracle net of its second branch; `--budget auto` against the fixed budgets; the strong
+drafter's seconds per step).
 
   .venv/bin/python scripts/ablation_table.py runs/ablate16 > docs/bench/ablate16/table.md
 """
@@ -15,10 +18,49 @@ import pandas as pd
 
 
 def pooled(df: pd.DataFrame) -> pd.DataFrame:
-    g = df.groupby("method", sort=False)[["new_tokens", "target_forwards", "wall_s"]].sum()
+    cols = ["new_tokens", "target_forwards", "wall_s", "strong_calls", "draft_strong_s", "oracle_extra_s"]
+    g = df.groupby("method", sort=False)[[c for c in cols if c in df]].sum()
     g["tau"] = g.new_tokens / g.target_forwards
     g["tps"] = g.new_tokens / g.wall_s
     return g
+
+
+FIXED = [f"treegraft:always[budget={n}]" for n in (8, 16, 32, 64)]
+SPEED = ["tree-weak", "tree-strong", "treegraft:never", "treegraft:always", "treegraft:learned"]
+
+
+def speed_rows(runs: list[Path]) -> str:
+    """Tokens/s over `ar` (pooled) per pair, for runs that hold the scheduler's comparison."""
+    head = ("| pair | " + " | ".join(m.replace("treegraft:", "") for m in SPEED) + " | oracle, net | learned calls "
+            "| learned / best of the four | learned / oracle net | auto / best fixed N | assisted | "
+            "strong s/step tree-strong / always |")
+    lines = [head, "|---" * (head.count("|") - 1) + "|"]
+    for run in runs:
+        df = pd.read_csv(run / "results.csv")
+        g = pooled(df)
+        if not set(SPEED) <= set(g.index):
+            continue
+        x = g.tps / g.loc["ar", "tps"]
+        cells = [f"{x[m]:.2f}" for m in SPEED]
+        net = oracle = float("nan")
+        if "treegraft:oracle" in g.index:
+            o = g.loc["treegraft:oracle"]
+            oracle = o.new_tokens / (o.wall_s - o.oracle_extra_s) / g.loc["ar", "tps"]
+            net = x["treegraft:learned"] / oracle
+        l = g.loc["treegraft:learned"]
+        best4 = max(x[m] for m in SPEED[:4])
+        fixed = [x[m] for m in FIXED if m in x]
+        auto = f"{x['treegraft:always'] / max(fixed):.2f}" if fixed else ""
+        assisted = f"{x['assisted']:.2f}" if "assisted" in x else ""
+        per_step = g.draft_strong_s / g.target_forwards
+        strong = f"{per_step['tree-strong']:.3f} / {per_step['treegraft:always']:.3f}"
+        lines.append(f"| {run.name} | " + " | ".join(cells) + f" | {oracle:.2f} | {l.strong_calls / l.target_forwards:.0%} "
+                     f"| {x['treegraft:learned'] / best4:.2f} | {net:.2f} | {auto} | {assisted} | {strong} |")
+    if len(lines) == 2:
+        return ""
+    return ("## Speed per pair (tokens/s over `ar`, each pair's prompts pooled; the oracle net of its second "
+            "branch; `auto` is treegraft:always under --budget auto against its best fixed budget of 8/16/32/64; "
+            "strong s/step: the strong drafter's seconds per target forward)\n\n" + "\n".join(lines) + "\n\n")
 
 
 def table(runs: list[Path]) -> str:
@@ -46,7 +88,7 @@ def table(runs: list[Path]) -> str:
         cells = [f"{per[n]:.3f}" if n in per else "" for n in names]
         mean = sum(per.values()) / len(per)
         head.append(f"| {m} | " + " | ".join(cells) + f" | {mean:.3f}" + ("" if len(per) == len(names) else " (partial)") + " |")
-    return "\n".join(head) + "\n\n" + "\n".join(blocks)
+    return "\n".join(head) + "\n\n" + speed_rows(runs) + "\n".join(blocks)
 
 
 def main(argv=None) -> int:

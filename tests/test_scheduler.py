@@ -72,6 +72,26 @@ def test_replay_follows_the_policys_own_state(rows):
     assert first[:6] == [False, False, True, False, False, True]
 
 
+def test_a_first_call_pays_the_strong_prefill_once(rows):
+    """The oracle runs both branches every step, so only a prompt's first step holds the strong
+    drafter's prefill; a replayed generation pays it at its first call, wherever that comes, once."""
+    from treegraft.scheduler_train import fit_cost_model, hindsight, one_time_costs, replay, throughput
+    cm = fit_cost_model(rows)
+    pre = one_time_costs(rows)
+    assert set(pre) == {r["prompt_id"] for r in rows} and all(v >= 0 for v in pre.values())
+    pre = {p: 1.0 for p in pre}  # a clear one-time cost per prompt
+    a0 = np.array([r["a0"] for r in rows], float)
+    always = replay(rows, a0, cm, kappa=-1.0, explore=1000, prior_gain=1.0, strong_units=1.0, pre=pre)[0]
+    assert always == pytest.approx(throughput(rows, np.ones(len(rows), bool), cm, pre))
+    assert always < throughput(rows, np.ones(len(rows), bool), cm)
+    late = replay(rows, a0, cm, kappa=1e9, explore=2, prior_gain=1.0, strong_units=1.0, pre=pre)
+    free = replay(rows, a0, cm, kappa=1e9, explore=2, prior_gain=1.0, strong_units=1.0)
+    assert (late[1] == free[1]).all() and late[0] < free[0]  # same calls (from step 2), the prefill on top
+    best = hindsight(rows, cm, pre)
+    for k in (-1.0, 1.0, 1e9):
+        assert throughput(rows, best, cm, pre) >= replay(rows, a0, cm, k, 1000, 1.0, 1.0, pre=pre)[0] - 1e-9
+
+
 def test_the_first_design_still_trains_and_loads(rows, tmp_path):
     art, report = train(rows, holdout=0.3, kind="logistic")
     save_json(tmp_path / "s.json", art)
@@ -106,6 +126,15 @@ def test_the_gain_scheduler_weighs_this_devices_costs():
     assert policy.prob(cheap) == pytest.approx(1.0 / (4.0 * 0.2)) and policy.decide(cheap, 0).call
     assert not policy.decide(dear, 0).call and "would buy" in policy.decide(dear, 0).reason
     assert policy.decide(dear, 0).expected == 1.0
+    # A generation's first call also carries its share of the strong prefill (4 forwards of 0.5 s),
+    # spread over the calls the 12 tokens left would take at a0 + gain = 3 tokens a call.
+    first = GainPolicy(POOL_FEATURES, Trees(1.0, 1.0, []), kappa=1.0, explore=1000, prior_gain=2.0,
+                       strong_units=1.0, first_units=4.0)
+    fresh = dict(feats, tokens_left=12)
+    assert first.terms(fresh)[3] == pytest.approx(0.5 + 4 * 0.5 / 4)
+    assert not first.decide(fresh, 0).call and "prefill" in first.decide(fresh, 0).reason
+    assert first.terms(dict(fresh, tokens_left=2))[3] == pytest.approx(0.5 + 4 * 0.5)  # one call left: all of it
+    assert first.terms(dict(seen, strong_s=0.5, tokens_left=12))[3] == pytest.approx(0.5)  # paid already
     looked = GainPolicy(POOL_FEATURES, Trees(1.0, 1.0, []), kappa=1.0, explore=3, prior_gain=2.0, strong_units=1.0)
     assert looked.decide(dict(dear, steps_since_call=math.log1p(3)), 0).call  # time to look again
     assert not looked.decide(dict(dear, steps_since_call=math.log1p(2)), 0).call

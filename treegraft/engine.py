@@ -194,7 +194,7 @@ class Engine:
 
     def decide(self, tree: DraftTree, depth: int, clock: Clock) -> Decision:
         feats = features(tree, self.history, depth, self.cost_curve, clock.elapsed(), self.cfg.budget,
-                         self.cfg.auto_budget)
+                         self.cfg.auto_budget, self.cfg.max_new_tokens - len(self.new_tokens))
         decision = self.policy.decide(feats, len(self.records))
         clock.lap("schedule")
         return decision

@@ -29,8 +29,9 @@ FEATURES = ("root_top1", "root_entropy", "pool_mass_top16", "best_value", "confi
 # What this device and this generation say (recorded beside the features, never a model input): the
 # weak tree's budget N0, the expected seconds of the step without a strong call (c0_s), a target forward
 # over one token (t1_s), the extra seconds recent strong calls cost (strong_s) and the tokens they added
-# over the weak tree's expectation (recent_gain; calls_seen of them, capped at 4), and tokens/s so far.
-COSTS = ("weak_n", "c0_s", "t1_s", "strong_s", "recent_gain", "calls_seen", "rate_so_far")
+# over the weak tree's expectation (recent_gain; calls_seen of them, capped at 4), tokens/s so far, and
+# the tokens this generation may still emit (tokens_left: what a first call's one-time cost is spread over).
+COSTS = ("weak_n", "c0_s", "t1_s", "strong_s", "recent_gain", "calls_seen", "rate_so_far", "tokens_left")
 
 
 def scheduler_for(trio: str | None, pair: str | None = None) -> Path:
@@ -59,7 +60,7 @@ class History:
 
 
 def features(tree: DraftTree, history: History, depth: int, curve: dict | None = None, spent_s: float = 0.0,
-             budget: int = 16, auto: bool = False) -> dict:
+             budget: int = 16, auto: bool = False, tokens_left: int = 0) -> dict:
     """Microsecond features: how sure the weak drafter is, how the last steps went, and (given this
     device's cost curve) what the weak tree alone is expected to buy and cost: N0 = `budget` nodes,
     or with `auto` the N0 <= budget --budget auto would send."""
@@ -103,6 +104,7 @@ def features(tree: DraftTree, history: History, depth: int, curve: dict | None =
         "weak_n": n0, "c0_s": c0, "t1_s": t1, "strong_s": mean(history.strong_extra_s[-4:]),
         "recent_gain": mean(history.gains[-4:]), "calls_seen": min(4, len(history.gains)),
         "rate_so_far": history.tokens / history.seconds if history.seconds > 0 else 0.0,
+        "tokens_left": tokens_left,
     }
 
 
@@ -235,13 +237,14 @@ class GainPolicy(Policy):
     explore: int
     prior_gain: float     # tokens a call adds, before this generation has made one
     strong_units: float   # a call's extra seconds before one is measured, in target one-token forwards
+    first_units: float = 0.0  # a generation's first call's one-time extra (the strong prefill), same unit
     name: str = "learned"
     source: str = ""
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "") -> "GainPolicy":
         return cls(tuple(d["features"]), Trees(**d["a0"]), d["kappa"], d["explore"], d["prior_gain"],
-                   d["strong_units"], source=source)
+                   d["strong_units"], d.get("first_units", 0.0), source=source)
 
     def expected(self, feats: dict) -> float:
         """a0: tokens the weak tree alone is expected to give this step (the bonus included)."""
@@ -254,7 +257,15 @@ class GainPolicy(Policy):
         gain = feats.get("recent_gain", 0.0) if feats.get("calls_seen") else self.prior_gain
         c0, c1 = step_seconds(feats, self.strong_units)
         rate = (feats.get("rate_so_far") or a0 / c0) if timed(feats) else a0 / c0  # untimed: per target forward
-        return a0, gain, rate, c1 - c0
+        return a0, gain, rate, c1 - c0 + self.one_time(feats, a0, gain)
+
+    def one_time(self, feats: dict, a0: float, gain: float) -> float:
+        """The share of the strong drafter's prompt prefill a first call carries: the prefill spread
+        over the calls the tokens left would take at a0 + gain tokens a call (none once one was made)."""
+        if feats.get("calls_seen") or self.first_units <= 0:
+            return 0.0
+        calls = max(1.0, (feats.get("tokens_left") or 0) / max(1.0, a0 + gain))
+        return self.first_units * (feats["t1_s"] if timed(feats) else 1.0) / calls
 
     def prob(self, feats: dict) -> float:
         """The score: tokens a call adds over the tokens its time would buy (calls above kappa)."""
@@ -267,8 +278,11 @@ class GainPolicy(Policy):
         call = score > self.kappa or due
         per, unit = ("s", "s") if timed(feats) else ("target forward", "target forwards")
         seen = "recent calls added" if feats.get("calls_seen") else "a call adds (training mean)"
+        share = self.one_time(feats, a0, gain)
         reason = (f"{seen} {gain:+.2f} tokens to the weak tree's expected {a0:.2f}; at {rate:.2f} tokens per {per} "
-                  f"the call's {extra:.3f} {unit} would buy {rate * extra:.2f}: ratio {score:.2f} "
+                  f"the call's {extra:.3f} {unit}"
+                  + (f" ({share:.3f} of them its share of the strong drafter's prefill)" if share else "")
+                  + f" would buy {rate * extra:.2f}: ratio {score:.2f} "
                   f"{'>' if score > self.kappa else '<='} kappa {self.kappa:.2f}"
                   + (f"; {self.explore} steps without a call: look again" if due and score <= self.kappa else ""))
         return Decision(call, self.name, reason, score=score, threshold=self.kappa, features=feats, expected=a0)

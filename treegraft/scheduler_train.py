@@ -59,8 +59,11 @@ def fit_cost_model(rows: list[dict]) -> dict:
     med = np.array([np.median(v[n == k]) for k in ks])
     counts = [(n == k).sum() for k in ks]
     iso = IsotonicRegression(increasing=True, out_of_bounds="clip").fit(ks, med, sample_weight=counts)
-    f = np.array([r["strong_forwards"] for r in rows], float)
-    s = np.array([r["refine_s"] for r in rows], float)
+    # A first step's strong pass holds the strong drafter's prompt prefill (one_time_costs charges it
+    # apart): the price of a forward is fitted on the later steps.
+    later = [r for r in rows if r.get("step", 0) > 0] or rows
+    f = np.array([r["strong_forwards"] for r in later], float)
+    s = np.array([r["refine_s"] for r in later], float)
     c = float((f @ s) / max(1e-9, f @ f))
     table = iso.predict(np.arange(int(n.max()) + 1, dtype=float))
     return {"verify_s_by_nodes": [float(x) for x in table], "strong_per_forward_s": c,
@@ -111,24 +114,51 @@ def fit_logistic(X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray, groups
     return np.ravel(cv.coef_) * a, float(np.ravel(cv.intercept_)[0]) * a + b0
 
 
-def throughput(rows: list[dict], calls: np.ndarray, cm: dict) -> float:
-    """Tokens per second if each step took the chosen branch (counterfactual: both are known)."""
+def throughput(rows: list[dict], calls: np.ndarray, cm: dict, pre: dict | None = None) -> float:
+    """Tokens per second if each step took the chosen branch (counterfactual: both are known); with
+    `pre` (one_time_costs), a prompt with any call also pays the strong drafter's prefill once."""
     tokens = cost = 0.0
     for r, call in zip(rows, calls):
         c0, c1 = model_costs(r, cm)
         tokens += r["a1"] if call else r["a0"]
         cost += c1 if call else c0
+    if pre:
+        cost += sum(pre.get(p, 0.0) for p in {r["prompt_id"] for r, call in zip(rows, calls) if call})
     return tokens / cost
+
+
+def one_time_costs(rows: list[dict], cm: dict | None = None) -> dict[str, float]:
+    """Per prompt, the strong drafter's prompt prefill: what the oracle measured its first step's call
+    to cost beyond the median call of the same prompt. The oracle runs both branches every step, so
+    only step 0 holds it; a replayed generation pays it at its first call, wherever that comes."""
+    by: dict[str, list[tuple[int, float]]] = {}
+    for r in rows:
+        by.setdefault(r["prompt_id"], []).append((r.get("step", 0), r["c1"] - r["c0"]))
+    out = {}
+    for p, xs in by.items():
+        first = [x for s, x in xs if s == 0]
+        later = [x for s, x in xs if s > 0]
+        if first and later:
+            out[p] = max(0.0, first[0] - float(np.median(later)))
+    return out
+
+
+def tokens_left(r: dict, max_new: int) -> float:
+    """The tokens a recorded step's generation could still emit (steps collected before the feature
+    existed: from the position and the collection's max_new_tokens)."""
+    left = r["features"].get("tokens_left")
+    return float(left) if left is not None else max(0.0, max_new - round(np.expm1(r["features"]["position"])))
 
 
 LOGISTIC_FEATURES = FEATURES[:8]  # the first scheduler's inputs
 
 
-def train(rows: list[dict], holdout: float = 0.3, seed: int = 0, kind: str = "gain") -> tuple[dict, str]:
+def train(rows: list[dict], holdout: float = 0.3, seed: int = 0, kind: str = "gain",
+          max_new: int = 32) -> tuple[dict, str]:
     """Fit a scheduler on oracle steps: `gain` (the default, treegraft.schedule.GainPolicy) or the
     first design, `logistic` (a call/skip classifier, LearnedPolicy)."""
     if kind == "gain":
-        return train_gain(rows, holdout, seed)
+        return train_gain(rows, holdout, seed, max_new)
     if kind != "logistic":
         raise ValueError(f"unknown scheduler kind {kind!r}; choose gain or logistic")
     tr, te = split_prompts(rows, holdout, seed)
@@ -197,7 +227,8 @@ def render_report(art: dict) -> str:
 # ---------------------------------------------------------------- the gain scheduler
 
 GAIN_GRID = {"max_depth": [1, 2, 3], "n_estimators": [25, 75], "learning_rate": [0.1]}
-KAPPAS = np.round(np.arange(0.3, 2.001, 0.1), 2)
+# Up to 1000: "call only to look again" (a pair where calls do not pay on this device must be able to say so).
+KAPPAS = np.concatenate([np.round(np.arange(0.3, 2.001, 0.1), 2), [2.5, 3.0, 4.0, 6.0, 1000.0]])
 EXPLORE = (2, 3, 4, 6, 8, 1000)
 
 
@@ -225,10 +256,12 @@ def fit_tokens(X: np.ndarray, y: np.ndarray, groups: np.ndarray):
 
 
 def replay(rows: list[dict], a0: np.ndarray, cm: dict, kappa: float, explore: int, prior_gain: float,
-           strong_units: float) -> tuple[float, np.ndarray]:
+           strong_units: float, first_units: float = 0.0, pre: dict | None = None,
+           max_new: int = 32) -> tuple[float, np.ndarray]:
     """Play GainPolicy over recorded oracle steps, prompt by prompt in step order: both branches were
     measured, so each step takes the one the policy picks and the policy's running state (what its
-    calls added and cost, tokens/s so far) follows its own choices. Seconds from the cost model.
+    calls added and cost, tokens/s so far) follows its own choices. Seconds from the cost model; a
+    prompt's first call also pays its measured strong prefill (`pre`, one_time_costs).
     Returns (tokens/s, calls per step)."""
     calls = np.zeros(len(rows), bool)
     t1 = verify_cost(cm, 0)
@@ -236,13 +269,15 @@ def replay(rows: list[dict], a0: np.ndarray, cm: dict, kappa: float, explore: in
     by_prompt: dict[str, list[int]] = {}
     for k, r in enumerate(rows):
         by_prompt.setdefault(r["prompt_id"], []).append(k)
-    for ks in by_prompt.values():
+    for pid, ks in by_prompt.items():
         gains, extras, got, spent, since, called = [], [], 0.0, 0.0, 0, False
         for j, k in enumerate(sorted(ks, key=lambda k: rows[k].get("step", 0))):  # stable: file order otherwise
             r, e = rows[k], max(1.0, float(a0[k]))
             c0, c1 = model_costs(r, cm)
             gain = np.mean(gains[-4:]) if gains else prior_gain
             extra = np.mean(extras[-4:]) if extras else strong_units * t1
+            if not called:  # as GainPolicy.one_time: the prefill spread over the calls the tokens left take
+                extra += first_units * t1 / max(1.0, tokens_left(r, max_new) / max(1.0, e + gain))
             rate = got / spent if spent > 0 else e / c0  # the pace after the first step, as the engine's
             call = gain_score(gain, rate, extra) > kappa or since >= explore
             a, c = (r["a1"], c1) if call else (r["a0"], c0)
@@ -250,6 +285,8 @@ def replay(rows: list[dict], a0: np.ndarray, cm: dict, kappa: float, explore: in
                 gains.append(r["a1"] - e)
                 if called:  # as the engine: a first call's seconds hold a prefill, not its price
                     extras.append(c1 - c0)
+                else:
+                    c += (pre or {}).get(pid, 0.0)
                 called, since = True, 0
             else:
                 since += 1
@@ -260,24 +297,34 @@ def replay(rows: list[dict], a0: np.ndarray, cm: dict, kappa: float, explore: in
     return tokens / seconds, calls
 
 
-def hindsight(rows: list[dict], cm: dict) -> np.ndarray:
+def hindsight(rows: list[dict], cm: dict, pre: dict | None = None) -> np.ndarray:
     """The best set of calls in hindsight for pooled tokens/s (Dinkelbach): call where the tokens a call
     adds beat what its extra seconds buy at the best achievable rate R (a per-step comparison of rates
-    is not the pooled optimum)."""
+    is not the pooled optimum); with `pre`, a prompt calls at all only if its calls together also pay
+    for its strong prefill at R (exact for each R, so the iteration still reaches the optimum)."""
     a0 = np.array([r["a0"] for r in rows], float)
     a1 = np.array([r["a1"] for r in rows], float)
     c = np.array([model_costs(r, cm) for r in rows])
+    prompt = np.array([r["prompt_id"] for r in rows])
     calls = np.zeros(len(rows), bool)
     for _ in range(100):
-        rate = np.where(calls, a1, a0).sum() / np.where(calls, c[:, 1], c[:, 0]).sum()
-        new = (a1 - a0) > rate * (c[:, 1] - c[:, 0])
+        cost = np.where(calls, c[:, 1], c[:, 0]).sum()
+        if pre:
+            cost += sum(pre.get(p, 0.0) for p in set(prompt[calls].tolist()))
+        rate = np.where(calls, a1, a0).sum() / cost
+        net = (a1 - a0) - rate * (c[:, 1] - c[:, 0])
+        new = net > 0
+        for p in set(prompt.tolist()) if pre else ():
+            mine = prompt == p
+            if net[mine & new].sum() <= rate * pre.get(p, 0.0):
+                new[mine] = False
         if (new == calls).all():
             break
         calls = new
     return calls
 
 
-def train_gain(rows: list[dict], holdout: float = 0.3, seed: int = 0) -> tuple[dict, str]:
+def train_gain(rows: list[dict], holdout: float = 0.3, seed: int = 0, max_new: int = 32) -> tuple[dict, str]:
     missing = [f for f in POOL_FEATURES + ("c0_s", "t1_s") if f not in rows[0]["features"]]
     if missing:
         raise ValueError(f"these steps were collected before the gain scheduler's features existed (no "
@@ -289,35 +336,38 @@ def train_gain(rows: list[dict], holdout: float = 0.3, seed: int = 0) -> tuple[d
     y_tr = np.array([r["a0"] for r in tr], float)
     m0, oof = fit_tokens(X_tr, y_tr, np.array([r["prompt_id"] for r in tr]))
     prior_gain = float(np.mean([r["a1"] - r["a0"] for r in tr]))
-    # A call's extra seconds in target one-token forwards, as the oracle measured it (the runtime prior).
+    # A call's extra seconds in target one-token forwards, as the oracle measured it (the runtime prior),
+    # and a generation's first call's one-time extra (the strong drafter's prompt prefill), same unit.
     t1 = [r["features"]["t1_s"] or verify_cost(cm, 0) for r in tr]
     strong_units = float(np.median([max(0.0, r["c1"] - r["c0"]) / t for r, t in zip(tr, t1)]))
+    pre_tr, pre_te = one_time_costs(tr, cm), one_time_costs(te, cm)
+    first_units = float(np.median([v for v in pre_tr.values()] or [0.0]) / np.median(t1))
     # kappa and explore: the most replayed tokens/s on the training prompts, with out-of-fold a0
     # (ties: the fewest forced looks, kappa nearest 1).
     grid = [(k, x) for k in KAPPAS for x in EXPLORE]
-    kappa, explore = max(grid, key=lambda g: (replay(tr, oof, cm, g[0], g[1], prior_gain, strong_units)[0],
-                                              g[1], -abs(g[0] - 1)))
+    kappa, explore = max(grid, key=lambda g: (replay(tr, oof, cm, g[0], g[1], prior_gain, strong_units, first_units,
+                                                     pre_tr, max_new)[0], g[1], -abs(g[0] - 1)))
     p0 = m0.predict(X_te)
-    learned_tps, calls = replay(te, p0, cm, kappa, explore, prior_gain, strong_units)
-    best = hindsight(te, cm)
+    learned_tps, calls = replay(te, p0, cm, kappa, explore, prior_gain, strong_units, first_units, pre_te, max_new)
+    best = hindsight(te, cm, pre_te)
     a0_te = np.array([r["a0"] for r in te], float)
     report = {
         "kind": "gain", "rows_train": len(tr), "rows_heldout": len(te),
         "prompts_train": len({r["prompt_id"] for r in tr}), "prompts_heldout": len({r["prompt_id"] for r in te}),
-        "hindsight_call_rate_train": float(hindsight(tr, cm).mean()),
+        "hindsight_call_rate_train": float(hindsight(tr, cm, pre_tr).mean()),
         "agreement_heldout": float((calls == best).mean()),
         "call_rate_heldout": float(calls.mean()), "hindsight_call_rate_heldout": float(best.mean()),
         "mae_a0_heldout": float(np.abs(p0 - a0_te).mean()),
         "mae_a0_heldout_constant": float(np.abs(y_tr.mean() - a0_te).mean()),
-        "sim_tokens_per_s_heldout": {"never": throughput(te, np.zeros(len(te), bool), cm),
-                                     "always": throughput(te, np.ones(len(te), bool), cm),
-                                     "learned": learned_tps, "hindsight": throughput(te, best, cm)},
+        "sim_tokens_per_s_heldout": {"never": throughput(te, np.zeros(len(te), bool), cm, pre_te),
+                                     "always": throughput(te, np.ones(len(te), bool), cm, pre_te),
+                                     "learned": learned_tps, "hindsight": throughput(te, best, cm, pre_te)},
         "a0_params": {k: getattr(m0, k) for k in GAIN_GRID},
         "importance": dict(zip(POOL_FEATURES, m0.feature_importances_.round(4).tolist())),
         "cost_model": cm,
     }
     art = {"kind": "gain", "features": list(POOL_FEATURES), "a0": export_trees(m0), "kappa": float(kappa),
-           "explore": int(explore), "prior_gain": prior_gain, "strong_units": strong_units,
+           "explore": int(explore), "prior_gain": prior_gain, "strong_units": strong_units, "first_units": first_units,
            "threshold": float(kappa), "report": report}
     policy = GainPolicy.from_dict(art)
     # Recorded predictions: the shipped file must reproduce them exactly when loaded (tested), and
@@ -354,10 +404,13 @@ def render_gain_report(art: dict) -> str:
              f"| kappa, explore (tuned on the training prompts) | {art['kappa']:.2f}, "
              f"{art['explore'] if art['explore'] < 1000 else 'never'} |",
              f"| a call adds before any is seen (training mean, tokens) | {art['prior_gain']:.2f} |",
-             f"| a call's extra cost before any is measured (target one-token forwards) | {art['strong_units']:.2f} |", "",
+             f"| a call's extra cost before any is measured (target one-token forwards) | {art['strong_units']:.2f} |",
+             f"| a generation's first call's one-time extra, the strong prefill (same unit) | "
+             f"{art.get('first_units', 0.0):.2f} |", "",
              "Replayed throughput on the held-out prompts' oracle steps under the fitted cost model",
-             "(tokens/s; each step takes the branch the policy picks; hindsight: the best calls for pooled",
-             "tokens/s, knowing both outcomes):", "",
+             "(tokens/s; each step takes the branch the policy picks, a prompt with any call pays its",
+             "measured strong prefill once; hindsight: the best calls for pooled tokens/s, knowing both",
+             "outcomes):", "",
              "| policy | tokens/s |", "|---|---|"]
     lines += [f"| {k} | {v:.2f} |" for k, v in sim.items()]
     lines += ["", f"a0 model: {r['a0_params']}. Feature importance (share of squared-error reduction):", "",
@@ -411,7 +464,7 @@ def cmd_train(a) -> int:
     rows = [json.loads(line) for line in Path(a.data).read_text().splitlines() if line.strip()]
     if len(rows) < 20:
         raise ValueError(f"{a.data} holds {len(rows)} steps; collect more before training")
-    art, report = train(rows, a.holdout, a.seed, a.kind)
+    art, report = train(rows, a.holdout, a.seed, a.kind, a.max_new_tokens)
     art["command"] = " ".join(["python -m treegraft scheduler train"] + sys.argv[3:]) if a.cmdline is None else a.cmdline
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -487,6 +540,8 @@ def main(argv=None) -> int:
     t.add_argument("--kind", default="gain", choices=["gain", "logistic"],
                    help="gain: predict tokens with and without a call, weigh them with this device's costs; "
                         "logistic: the first design, a call/skip classifier")
+    t.add_argument("--max-new-tokens", type=int, default=32,
+                   help="the collection's (what a step recorded without tokens_left had left)")
     t.add_argument("--cmdline", default=None, help=argparse.SUPPRESS)
     t.set_defaults(func=cmd_train)
     a = ap.parse_args(argv)
