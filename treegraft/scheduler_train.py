@@ -51,21 +51,22 @@ def fit_cost_model(rows: list[dict]) -> dict:
     jumps from 0 to 2 nodes and then flattens, which a straight line misreads (on qwen-coder a
     least-squares line put the cost of sending nothing at 1.18 s against 0.47 s measured); strong = c * strong forwards (least squares
     through 0); weak draft = median. Stored as a table verify_s_by_nodes[n] for n = 0 .. max seen."""
-    n = np.array([r["n0"] for r in rows] + [r["n1"] for r in rows], float)
-    v = np.array([r["verify0_s"] for r in rows] + [r["verify1_s"] for r in rows], float)
-    # Medians per node count first: a step's verification may include a long catch-up (the prompt,
-    # on the first step), outliers a mean-based fit would follow.
+    # A first step holds one-time work: the target's prompt prefill in its verification, the strong
+    # drafter's in its pass (one_time_costs charges that apart). Both prices are fitted on later steps;
+    # a rare node count whose few steps were first steps would otherwise lift the whole monotone curve.
+    later = [r for r in rows if r.get("step", 0) > 0] or rows
+    n = np.array([r["n0"] for r in later] + [r["n1"] for r in later], float)
+    v = np.array([r["verify0_s"] for r in later] + [r["verify1_s"] for r in later], float)
+    # Medians per node count: a step's verification may still include a long catch-up.
     ks = np.unique(n)
     med = np.array([np.median(v[n == k]) for k in ks])
     counts = [(n == k).sum() for k in ks]
     iso = IsotonicRegression(increasing=True, out_of_bounds="clip").fit(ks, med, sample_weight=counts)
-    # A first step's strong pass holds the strong drafter's prompt prefill (one_time_costs charges it
-    # apart): the price of a forward is fitted on the later steps.
-    later = [r for r in rows if r.get("step", 0) > 0] or rows
     f = np.array([r["strong_forwards"] for r in later], float)
     s = np.array([r["refine_s"] for r in later], float)
     c = float((f @ s) / max(1e-9, f @ f))
-    table = iso.predict(np.arange(int(n.max()) + 1, dtype=float))
+    seen = max(max(r["n0"], r["n1"]) for r in rows)  # the table covers every count, first steps' too
+    table = iso.predict(np.arange(int(seen) + 1, dtype=float))
     return {"verify_s_by_nodes": [float(x) for x in table], "strong_per_forward_s": c,
             "weak_draft_s": float(np.median([r["weak_s"] for r in rows]))}
 
