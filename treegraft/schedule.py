@@ -264,8 +264,8 @@ class GainPolicy(Policy):
         over the calls the tokens left would take at a0 + gain tokens a call (none once one was made)."""
         if feats.get("calls_seen") or self.first_units <= 0:
             return 0.0
-        calls = max(1.0, (feats.get("tokens_left") or 0) / max(1.0, a0 + gain))
-        return self.first_units * (feats["t1_s"] if timed(feats) else 1.0) / calls
+        unit = feats["t1_s"] if timed(feats) else 1.0
+        return prefill_share(self.first_units * unit, feats.get("tokens_left") or 0, a0 + gain)
 
     def prob(self, feats: dict) -> float:
         """The score: tokens a call adds over the tokens its time would buy (calls above kappa)."""
@@ -291,6 +291,11 @@ class GainPolicy(Policy):
 def gain_score(gain: float, rate: float, extra: float) -> float:
     """Tokens a call adds over the tokens its extra time would buy at `rate` (GainPolicy calls above kappa)."""
     return gain / max(1e-9, rate * extra)
+
+
+def prefill_share(prefill: float, tokens_left: float, per_call: float) -> float:
+    """A one-time cost spread over the calls the tokens left would take at per_call tokens a call."""
+    return prefill / max(1.0, tokens_left / max(1.0, per_call))
 
 
 def timed(feats: dict) -> bool:

@@ -40,7 +40,8 @@ from .bench.run import run_bench
 from .engine import Engine
 from .models import save_json
 from .options import add_model_args, add_tree_args, encode_prompt, gen_config, trio_from_args
-from .schedule import DEFAULT_SCHEDULER, FEATURES, POOL_FEATURES, GainPolicy, LearnedPolicy, gain_score
+from .schedule import (DEFAULT_SCHEDULER, FEATURES, POOL_FEATURES, GainPolicy, LearnedPolicy, gain_score,
+                       prefill_share)
 
 
 # ---------------------------------------------------------------- cost model, labels, logistic fit
@@ -128,7 +129,7 @@ def throughput(rows: list[dict], calls: np.ndarray, cm: dict, pre: dict | None =
     return tokens / cost
 
 
-def one_time_costs(rows: list[dict], cm: dict | None = None) -> dict[str, float]:
+def one_time_costs(rows: list[dict]) -> dict[str, float]:
     """Per prompt, the strong drafter's prompt prefill: what the oracle measured its first step's call
     to cost beyond the median call of the same prompt. The oracle runs both branches every step, so
     only step 0 holds it; a replayed generation pays it at its first call, wherever that comes."""
@@ -277,8 +278,8 @@ def replay(rows: list[dict], a0: np.ndarray, cm: dict, kappa: float, explore: in
             c0, c1 = model_costs(r, cm)
             gain = np.mean(gains[-4:]) if gains else prior_gain
             extra = np.mean(extras[-4:]) if extras else strong_units * t1
-            if not called:  # as GainPolicy.one_time: the prefill spread over the calls the tokens left take
-                extra += first_units * t1 / max(1.0, tokens_left(r, max_new) / max(1.0, e + gain))
+            if not called:  # as GainPolicy.one_time
+                extra += prefill_share(first_units * t1, tokens_left(r, max_new), e + gain)
             rate = got / spent if spent > 0 else e / c0  # the pace after the first step, as the engine's
             call = gain_score(gain, rate, extra) > kappa or since >= explore
             a, c = (r["a1"], c1) if call else (r["a0"], c0)
@@ -341,8 +342,8 @@ def train_gain(rows: list[dict], holdout: float = 0.3, seed: int = 0, max_new: i
     # and a generation's first call's one-time extra (the strong drafter's prompt prefill), same unit.
     t1 = [r["features"]["t1_s"] or verify_cost(cm, 0) for r in tr]
     strong_units = float(np.median([max(0.0, r["c1"] - r["c0"]) / t for r, t in zip(tr, t1)]))
-    pre_tr, pre_te = one_time_costs(tr, cm), one_time_costs(te, cm)
-    first_units = float(np.median([v for v in pre_tr.values()] or [0.0]) / np.median(t1))
+    pre_tr, pre_te = one_time_costs(tr), one_time_costs(te)
+    first_units = float(np.median(list(pre_tr.values()) or [0.0]) / np.median(t1))
     # kappa and explore: the most replayed tokens/s on the training prompts, with out-of-fold a0
     # (ties: the fewest forced looks, kappa nearest 1).
     grid = [(k, x) for k in KAPPAS for x in EXPLORE]
