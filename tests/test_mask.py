@@ -139,3 +139,23 @@ def test_feature_drafter_refuses_to_read_features_the_target_has_not_computed():
         dr.catch_up([1, 2, 3])
     with pytest.raises(ValueError, match="features_from"):
         Runner(eagle.build(target).eval(), "strong")
+
+
+def test_catch_up_runs_the_head_only_on_the_rows_it_returns():
+    """A prefill or a multi-token catch-up returns the root's row (plus one per tree node); the head
+    over the other positions would be wasted work, so it must not run there."""
+    model = tiny_llama(5, vocab=64)
+    rows = []
+    model.lm_head.register_forward_hook(lambda m, args, out: rows.append(args[0].shape[-2]))
+    tree = random_tree(5, 64, n=6)
+    runner = Runner(model)
+    prefix = [4, 8, 15, 16, 23, 42]
+    out = runner.catch_up(prefix[:3])
+    assert rows == [1] and torch.allclose(out[0], sequential_logits(model, prefix[:3]), atol=1e-4)
+    nodes = list(range(len(tree)))
+    rows.clear()
+    out = runner.catch_up(prefix, nodes, tree)  # three tokens to catch up, then the tree
+    assert rows == [1 + len(nodes)] and out.shape[0] == 1 + len(nodes)
+    assert torch.allclose(out[0], sequential_logits(model, prefix), atol=1e-4)
+    for j, i in enumerate(nodes):
+        assert torch.allclose(out[1 + j], sequential_logits(model, prefix + tree.tokens(i)), atol=1e-4)

@@ -52,14 +52,14 @@ class FeatureDrafter(nn.Module):
                 if not n.startswith(("model.embed_tokens.", "lm_head."))}
 
     def forward(self, input_ids: torch.Tensor, features: torch.Tensor, position_ids=None, attention_mask=None,
-                cache=None, use_cache: bool = False, logits: bool = True) -> FeatureOutput:
+                cache=None, use_cache: bool = False, logits: bool = True, logits_to_keep: int = 0) -> FeatureOutput:
         """features[:, j] is the target's (or this drafter's predicted) feature of the position before
         input_ids[:, j]; zeros where there is none (the first token)."""
         x = self.fc(torch.cat([self.model.embed_tokens(input_ids), features.to(self.fc.weight.dtype)], -1))
         out = self.model(inputs_embeds=x, position_ids=position_ids, attention_mask=attention_mask,
                          cache=cache, use_cache=use_cache)
         h = out.last_hidden_state
-        return FeatureOutput(self.lm_head(h) if logits else None, h, out.cache)
+        return FeatureOutput(self.lm_head(h[:, -logits_to_keep:]) if logits else None, h, out.cache)
 
 
 def target_features(target: nn.Module, input_ids: torch.Tensor, **kw) -> tuple[torch.Tensor, object]:

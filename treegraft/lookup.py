@@ -122,7 +122,7 @@ class LookupRunner(Runner):
     def cache_len(self) -> int:
         return len(self.tokens)
 
-    def _forward(self, ids, positions, mask, feats=None) -> torch.Tensor:
+    def _forward(self, ids, positions, mask, feats=None, keep: int = 0) -> torch.Tensor:
         self.forwards += 1
         start = len(self.tokens)
         self.tokens += list(ids)
@@ -133,7 +133,7 @@ class LookupRunner(Runner):
             seen = (mask[0, 0] == 0).cpu().numpy()
             visible = [np.flatnonzero(row) for row in seen]
         m, mass = self.model, self.mass_by_n()
-        rows = [lookup_logp(every[v], m.config.vocab_size, m.max_n, m.min_n, mass) for v in visible]
+        rows = [lookup_logp(every[v], m.config.vocab_size, m.max_n, m.min_n, mass) for v in visible[-keep:]]
         return torch.stack(rows).to(self.device)
 
     def commit(self, path: list[int]) -> None:
