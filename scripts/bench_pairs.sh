@@ -3,7 +3,8 @@
 # side), one pair at a time; resumable (the same command skips finished rows). Each pair's `learned`
 # is its own scheduler (assets/scheduler/<trio>/<weak>+<strong>/). Then the tables:
 #   scripts/bench_pairs.sh OUT [LIMIT]  &&  .venv/bin/python scripts/ablation_table.py OUT
-# METHODS="ar,tree-weak,..." replaces the method list (then no pair gets `assisted` added).
+# METHODS="ar,tree-weak,..." replaces the method list (then no pair gets `assisted` added);
+# REPEATS=3 runs each prompt's methods in 3 round-robin rounds and keeps each method's median round.
 set -euo pipefail
 root=${1:?usage: bench_pairs.sh OUT [prompts per set]}; limit=${2:-1}
 py=${PYTHON:-.venv/bin/python}
@@ -13,7 +14,8 @@ run() {  # trio weak strong dir extra-methods
   local extra=$5; [ -z "${METHODS:-}" ] || extra=""
   echo "== $4 $(date -u +%H:%M:%S)"
   "$py" -m treegraft bench --trio "$1" --weak "$2" --strong "$3" --suite all --limit "$limit" \
-    --max-new-tokens 32 --dtype float32 --threads 2 --budget auto --depth 10 --methods "$M$extra" --out "$root/$4"
+    --max-new-tokens 32 --dtype float32 --threads 2 --budget auto --depth 10 --methods "$M$extra" \
+    --repeats "${REPEATS:-1}" --out "$root/$4"
 }
 run qwen-coder ngram qwen-coder-0.5b qwen-coder__ngram_qwen-0.5b ",assisted"
 run qwen-coder asset:qwen-coder-weak qwen-coder-0.5b qwen-coder__qwen-skip_qwen-0.5b ",assisted"

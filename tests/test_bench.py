@@ -87,6 +87,24 @@ def test_torn_last_line_is_dropped_and_redone(trio, tmp_path):
     assert len(got) == len(set(got)) == 21
 
 
+def test_repeats_keep_the_median_round_and_refuse_a_mixed_resume(trio, tmp_path):
+    methods = ["ar", "tree-weak", "treegraft:always"]
+    run_bench(trio, PROMPTS[:2], methods, CFG, tmp_path, warmup=False, repeats=3)
+    rows = read_rows(tmp_path)
+    assert [(r["prompt_id"], r["method"]) for r in rows] == [(p.id, m) for p in PROMPTS[:2] for m in methods]
+    outs = [json.loads(line) for line in (tmp_path / "outputs.jsonl").read_text().splitlines()]
+    for r, o in zip(rows, outs):
+        assert len(o["walls_s"]) == 3
+        assert float(r["wall_s"]) == sorted(o["walls_s"])[1]  # the median round is the row
+    ar = {r["prompt_id"]: float(r["wall_s"]) for r in rows if r["method"] == "ar"}
+    for r in rows:
+        assert float(r["speedup_vs_ar"]) == pytest.approx(ar[r["prompt_id"]] / float(r["wall_s"]))
+    with pytest.raises(ResumeError, match="repeats"):
+        run_bench(trio, PROMPTS[:2], methods, CFG, tmp_path, warmup=False, repeats=1)
+    with pytest.raises(ConfigError, match="repeats"):
+        run_bench(trio, PROMPTS[:2], methods, CFG, tmp_path / "x", warmup=False, repeats=0)
+
+
 def keys_of(text):
     return [(r["prompt_id"], r["method"]) for r in csv.DictReader(text.splitlines())]
 

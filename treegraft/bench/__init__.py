@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: torch's choice); 1 is far faster on a busy shared CPU")
     p.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up generation per method")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="rounds per prompt (methods round-robin); a row is its method's median-wall round")
     p.add_argument("--report-only", action="store_true",
                    help="rebuild summary.csv and report.html from --out's results.csv; load no model")
     add_model_args(p)
@@ -84,6 +86,8 @@ def run_cli(a) -> int:
         return 0
     if a.limit is not None and a.limit < 1:
         raise ConfigError("--limit must be at least 1")
+    if not 1 <= a.repeats <= 20:
+        raise ConfigError(f"--repeats must be in [1, 20], got {a.repeats}")
     cfg = gen_config(a, "ar")
     if a.threads is not None:
         if a.threads < 1:
@@ -98,7 +102,8 @@ def run_cli(a) -> int:
           f"({trio.names}, {trio.device}, {str(trio.dtype).replace('torch.', '')})", file=sys.stderr)
     signal.signal(signal.SIGTERM, stop)  # `kill` ends like Ctrl-C: finished rows summarized
     try:
-        df = run_bench(trio, prompts, a.methods, cfg, out, meta=meta, bar=True, warmup=not a.no_warmup)
+        df = run_bench(trio, prompts, a.methods, cfg, out, meta=meta, bar=True, warmup=not a.no_warmup,
+                       repeats=a.repeats)
     except KeyboardInterrupt:
         print_summary(finish(out), out)
         print("interrupted: the same command resumes where this run stopped", file=sys.stderr)

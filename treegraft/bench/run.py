@@ -28,44 +28,62 @@ Progress = Callable[[int, int, dict], None]  # (rows done, rows in the run, the 
 
 def run_bench(trio: Trio, prompts: list[Prompt], methods: list[str] | str, cfg: GenConfig, out_dir,
               progress: Progress | None = None, meta: dict | None = None, bar: bool = False,
-              warmup: bool = True) -> pd.DataFrame:
+              warmup: bool = True, repeats: int = 1) -> pd.DataFrame:
     """Run (or resume) a benchmark into out_dir and return its results as a DataFrame.
 
     methods: labels such as ["ar", "assisted", "treegraft:never"]; a bare "treegraft" uses cfg.policy.
+    repeats: each prompt's methods run this many rounds (round-robin, so drift hits them alike) and
+    a row is the round with the median wall time (its tau and phases with it): one run per method
+    moves by ~10% on a shared CPU, as much as the gaps a scheduler is judged on.
     Rows already in out_dir/results.csv are skipped; a different configuration there is refused."""
+    if not isinstance(repeats, int) or not 1 <= repeats <= 20:
+        raise ConfigError(f"repeats must be an integer in [1, 20], got {repeats!r}")
     out = Path(out_dir)
     spec = methods if isinstance(methods, str) else ",".join(methods)
     plan = parse_methods(spec, cfg.policy)
     ids = {p.id: prompt_ids(trio, p) for p in prompts}
     if len(ids) != len(prompts):
         raise ConfigError("prompt ids must be unique")
-    check_config(out, run_config(trio, prompts, ids, plan, cfg, meta or {}))
+    check_config(out, run_config(trio, prompts, ids, plan, cfg, (meta or {}) | ({"repeats": repeats} if repeats > 1 else {})))
     rows = read_rows(out)
     done = {(r["prompt_id"], r["method"]) for r in rows}
     ar = {r["prompt_id"]: (float(r["wall_s"]), r["output_sha1"]) for r in rows if r["method"] == "ar"}
-    todo = [(p, m) for p in prompts for m in plan if (p.id, m.label) not in done]
+    todo = {p.id: [m for m in plan if (p.id, m.label) not in done] for p in prompts}
     total = len(prompts) * len(plan)
     torch.manual_seed(cfg.seed)
     runners = {m.label: make_runner(trio, cfg, m) for m in plan}
-    if todo and warmup:
+    if any(todo.values()) and warmup:
         warm_up(trio, cfg, plan, min(ids.values(), key=len))
-    finished = total - len(todo)
+    finished = total - sum(map(len, todo.values()))
     with tqdm(total=total, initial=finished, disable=not bar, unit="run", dynamic_ncols=True) as pbar:
-        for p, m in todo:
-            stats = runners[m.label].run(ids[p.id])
-            row = make_row(p, m, stats, len(ids[p.id]), ar.get(p.id))
-            if m.label == "ar":
-                ar[p.id] = (row["wall_s"], row["output_sha1"])
-            append_output(out, {"prompt_id": p.id, "method": m.label, "token_ids": stats["token_ids"],
-                                "text": decode(trio, stats["token_ids"]),
-                                "provenance": stats.get("provenance")})
-            append_row(out, row)  # synced before anyone hears it finished
-            pbar.set_postfix_str(f"{p.id} {m.label} {row['tokens_per_s']:.1f} tok/s", refresh=False)
-            pbar.update(1)
-            finished += 1  # counted here: a disabled tqdm does not count
-            if progress is not None:
-                progress(finished, total, row)
+        for p in prompts:
+            runs = {m.label: [] for m in todo[p.id]}
+            for round_ in range(repeats):
+                for m in todo[p.id]:
+                    runs[m.label].append(runners[m.label].run(ids[p.id]))
+                    if round_ < repeats - 1:
+                        continue
+                    stats = median_run(runs[m.label])
+                    row = make_row(p, m, stats, len(ids[p.id]), ar.get(p.id))
+                    if m.label == "ar":
+                        ar[p.id] = (row["wall_s"], row["output_sha1"])
+                    append_output(out, {"prompt_id": p.id, "method": m.label, "token_ids": stats["token_ids"],
+                                        "text": decode(trio, stats["token_ids"]),
+                                        "provenance": stats.get("provenance"),
+                                        "walls_s": [r["wall_s"] for r in runs[m.label]]})
+                    append_row(out, row)  # synced before anyone hears it finished
+                    pbar.set_postfix_str(f"{p.id} {m.label} {row['tokens_per_s']:.1f} tok/s", refresh=False)
+                    pbar.update(1)
+                    finished += 1  # counted here: a disabled tqdm does not count
+                    if progress is not None:
+                        progress(finished, total, row)
     return finish(out)
+
+
+def median_run(runs: list[dict]) -> dict:
+    """The run with the median wall time (the lower middle of an even count): one real run, so its
+    tau, tree sizes and phases are the ones that took that time."""
+    return sorted(runs, key=lambda r: r["wall_s"])[(len(runs) - 1) // 2]
 
 
 def finish(out: Path) -> pd.DataFrame:
