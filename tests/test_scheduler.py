@@ -252,3 +252,50 @@ def test_features_are_the_scheduler_inputs_in_order():
     from treegraft.schedule import features
     from treegraft.tree import DraftTree
     assert tuple(features(DraftTree(), History(), depth=6)) == FEATURES + COSTS
+
+
+@pytest.mark.parametrize("arm", ["solo", "never", "always"])
+def test_a_chosen_arm_plays_that_method_losslessly(rows, tmp_path, arm):
+    """`scheduler choose` may pick a fixed arm for a pair; `solo` steps are tree-strong steps (the same
+    trees, the weak drafter never runs), never/always the fixed policies, and output stays greedy."""
+    art, _ = train(rows, holdout=0.3)
+    save_json(tmp_path / "s.json", art | {"arm": {"arm": arm, "rates": {"gain": 1.0, arm: 2.0}, "prompts": 1}})
+    trio = tiny_trio("random", "perturbed")
+    prompt = [5, 17, 33, 2, 9]
+    cfg = dict(max_new_tokens=30, budget=12, depth=4, topk=3)
+    same = {"solo": "tree-strong", "never": "treegraft", "always": "treegraft"}[arm]
+    ref = Engine(trio, GenConfig(method=same, policy=arm if arm != "solo" else "always", **cfg))
+    ref_records = list(ref.generate(prompt))
+    engine = Engine(trio, GenConfig(method="treegraft", policy="learned", scheduler_path=str(tmp_path / "s.json"), **cfg))
+    records = list(engine.generate(prompt))
+    assert engine.new_tokens == ref.new_tokens == trio.target.generate(
+        ids(prompt), max_new_tokens=30, do_sample=False)[0, len(prompt):].tolist()
+    assert [r.accepted for r in records] == [r.accepted for r in ref_records]  # the same trees, step by step
+    for rec in records:
+        assert f"arm '{arm}'" in rec.decision["reason"]
+        assert (rec.forwards["weak"] > 0) == (arm != "solo")
+        assert rec.strong_called == (arm != "never") == (rec.forwards["strong"] > 0)
+
+
+def test_choose_writes_the_fastest_arm_of_a_validation_run(rows, tmp_path):
+    import pandas as pd
+    from treegraft.scheduler_train import choose_arm, main
+    from treegraft.bench.store import COLUMNS, append_row
+    art, _ = train(rows, holdout=0.3)
+    (tmp_path / "s").mkdir()
+    save_json(tmp_path / "s" / "scheduler.json", art)
+    walls = {"tree-strong": 2.0, "treegraft:never": 3.0, "treegraft:always": 4.0, "treegraft:learned": 2.5}
+    run = tmp_path / "run"
+    run.mkdir()
+    for p in ("a", "b"):
+        for m, w in walls.items():
+            append_row(run, {"prompt_id": p, "suite": "x", "category": "x", "method": m, "new_tokens": 10,
+                             "target_forwards": 5, "wall_s": w, "strong_calls": 5 if m != "treegraft:never" else 0})
+    assert main(["choose", "--compare", str(run), "--scheduler", str(tmp_path / "s")]) == 0
+    saved = json.loads((tmp_path / "s" / "scheduler.json").read_text())["arm"]
+    assert saved["arm"] == "solo" and saved["rates"]["gain"] == pytest.approx(4.0) and saved["prompts"] == 2
+    assert "**solo**" in (tmp_path / "s" / "REPORT.md").read_text()
+    policy = load_learned(tmp_path / "s" / "scheduler.json")
+    assert policy.solo and policy.gain.kappa == art["kappa"]
+    with pytest.raises(ValueError, match="treegraft:learned"):
+        choose_arm(pd.DataFrame({c: [] for c in COLUMNS}))

@@ -152,13 +152,18 @@ class Engine:
         if cfg.method == "ar" or depth < 1:
             tree, selected = DraftTree(), []
         else:
-            drafter = self.strong if cfg.method == "tree-strong" else self.weak
+            solo = cfg.method == "treegraft" and getattr(self.policy, "solo", False)
+            drafter = self.strong if cfg.method == "tree-strong" or solo else self.weak
             tree, _ = draft_tree(drafter, seq, depth, cfg.topk, cfg.width, role=drafter.name,
                                  more=self.more(depth, clock),
                                  scale=self.calibration.score if cfg.calibrate else None)
             clock.lap(f"draft_{drafter.name}")
             self.snap(rec, "weak pool" if drafter is self.weak else "strong pool", tree)
-            if cfg.method == "treegraft":
+            rec.strong_called = solo
+            if solo:
+                decision = self.policy.decide({}, len(self.records))
+                clock.lap("schedule")
+            elif cfg.method == "treegraft":
                 decision = self.decide(tree, depth, clock)
                 if decision.call and cfg.policy == "oracle":
                     return self.oracle_step(rec, decision, tree, depth, clock, fw0)
@@ -266,7 +271,7 @@ class Engine:
             h.gains.append(o["a1"] - o["a0"])
             if not first_call:
                 h.strong_extra_s.append(max(0.0, o["c1"] - o["c0"]))
-        elif rec.strong_called and decision is not None:
+        elif rec.strong_called and decision is not None and decision.call:  # not a solo step
             h.strong_tokens.append(made_by_strong(tree, path))
             expected = decision.expected if decision.expected is not None else decision.features["weak_expected"]
             h.gains.append(len(path) + 1 - expected)

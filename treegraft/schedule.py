@@ -125,6 +125,7 @@ class Decision:
 
 class Policy:
     name = "base"
+    solo = False  # True: the strong drafter drafts the step alone (a tree-strong step), no weak pool
 
     def decide(self, feats: dict, step: int) -> Decision:
         raise NotImplementedError
@@ -288,6 +289,40 @@ class GainPolicy(Policy):
         return Decision(call, self.name, reason, score=score, threshold=self.kappa, features=feats, expected=a0)
 
 
+ARMS = {"tree-strong": "solo", "treegraft:never": "never", "treegraft:always": "always", "treegraft:learned": "gain"}
+
+
+@dataclass
+class ArmChoice(Policy):
+    """The learned scheduler's first decision, made once per pair: which way of using the two drafters
+    was fastest in tokens/s, measured on validation prompts on this kind of device (`scheduler
+    choose`): the gain rule per step, or a fixed arm (never call, always call, or the strong drafter
+    alone, where it drafts cheaply enough that a weak pool only costs time). Per step it plays that arm."""
+    arm: str            # one of ARMS' values
+    rates: dict         # the arms' measured tokens/s on the validation prompts
+    gain: GainPolicy
+    name: str = "learned"
+    source: str = ""
+
+    def __post_init__(self):
+        if self.arm not in ARMS.values():
+            raise ValueError(f"unknown arm {self.arm!r}; choose one of {', '.join(ARMS.values())}")
+        self.solo = self.arm == "solo"
+
+    def why(self) -> str:
+        rates = ", ".join(f"{a} {r:.2f}" for a, r in sorted(self.rates.items(), key=lambda kv: -kv[1]))
+        return f"arm '{self.arm}': the fastest for this pair on validation prompts (tokens/s: {rates})"
+
+    def decide(self, feats: dict, step: int) -> Decision:
+        if self.arm == "gain":
+            d = self.gain.decide(feats, step)
+            d.reason = f"{d.reason} [{self.why()}]"
+            return d
+        what = {"never": "no strong call", "always": "strong call every step",
+                "solo": "the strong drafter drafts alone"}[self.arm]
+        return Decision(self.arm == "always", self.name, f"{what}; {self.why()}", features=feats)
+
+
 def gain_score(gain: float, rate: float, extra: float) -> float:
     """Tokens a call adds over the tokens its extra time would buy at `rate` (GainPolicy calls above kappa)."""
     return gain / max(1e-9, rate * extra)
@@ -318,7 +353,10 @@ def load_learned(path: str | Path | None = None) -> Policy:
     if not p.exists():
         raise FileNotFoundError(f"no learned scheduler at {p}; train one with `python -m treegraft scheduler train`")
     d = json.loads(p.read_text())
-    return (GainPolicy if d.get("kind") == "gain" else LearnedPolicy).from_dict(d, source=str(p))
+    policy = (GainPolicy if d.get("kind") == "gain" else LearnedPolicy).from_dict(d, source=str(p))
+    if "arm" in d:
+        return ArmChoice(d["arm"]["arm"], d["arm"]["rates"], policy, source=str(p))
+    return policy
 
 
 def make_policy(name: str, every_k: int = 2, path: str | None = None) -> Policy:

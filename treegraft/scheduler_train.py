@@ -36,11 +36,11 @@ from sklearn.model_selection import GridSearchCV, GroupKFold, StratifiedKFold, c
 
 from .bench.methods import parse_methods
 from .bench.prompts import SUITES, load_suite
-from .bench.run import run_bench
+from .bench.run import load_results, run_bench
 from .engine import Engine
 from .models import save_json
 from .options import add_model_args, add_tree_args, encode_prompt, gen_config, trio_from_args
-from .schedule import (DEFAULT_SCHEDULER, FEATURES, POOL_FEATURES, GainPolicy, LearnedPolicy, gain_score,
+from .schedule import (ARMS, DEFAULT_SCHEDULER, FEATURES, POOL_FEATURES, GainPolicy, LearnedPolicy, gain_score,
                        prefill_share)
 
 
@@ -484,10 +484,61 @@ def cmd_compare(a) -> int:
     trio = trio_from_args(a)
     meta = {"source": f"scheduler compare: {a.suites}, {a.per_suite} per suite from offset {a.offset}"}
     out = Path(a.out) if a.out else default_out(a)
-    df = run_bench(trio, prompts, a.methods, cfg, out, meta=meta, bar=True)
+    df = run_bench(trio, prompts, a.methods, cfg, out, meta=meta, bar=True, repeats=a.repeats)
     print(compare_table(df))
     print(f"rows, summary and report.html: {out}", file=sys.stderr)
     return 0
+
+
+def choose_arm(df) -> dict:
+    """The arm with the most tokens/s (pooled: sum tokens / sum wall seconds) among the methods of a
+    validation run that are arms (schedule.ARMS); treegraft:learned there must be the gain rule."""
+    rates = {}
+    for method, arm in ARMS.items():
+        g = df[df["method"] == method]
+        if len(g):
+            rates[arm] = float(g["new_tokens"].sum() / g["wall_s"].sum())
+    if "gain" not in rates or len(rates) < 2:
+        raise ValueError("the validation run needs treegraft:learned (the gain rule) and at least one other arm "
+                         f"of {', '.join(ARMS)}")
+    prompts = int(df[df["method"] == "treegraft:learned"]["prompt_id"].nunique())
+    return {"arm": max(rates, key=rates.get), "rates": rates, "prompts": prompts}
+
+
+def cmd_choose(a) -> int:
+    """Write the validation run's fastest arm into a trained scheduler.json (and its REPORT.md)."""
+    out = Path(a.scheduler)
+    art = json.loads((out / "scheduler.json").read_text())
+    if art.get("kind") != "gain":
+        raise ValueError(f"{out / 'scheduler.json'} is not a gain scheduler; train one first")
+    df, _ = load_results(a.compare)
+    if not len(df):
+        raise ValueError(f"{a.compare} holds no finished rows")
+    chosen = choose_arm(df) | {"source": str(a.compare)}
+    art["arm"] = chosen
+    save_json(out / "scheduler.json", art)
+    report = out / "REPORT.md"
+    text = report.read_text() if report.exists() else ""
+    text = text.split(ARM_HEADING)[0].rstrip() + "\n\n" + arm_report(chosen, df)
+    report.write_text(text)
+    print(arm_report(chosen, df))
+    return 0
+
+
+ARM_HEADING = "## Arm (chosen on validation prompts)"
+
+
+def arm_report(chosen: dict, df) -> str:
+    lines = [ARM_HEADING, "",
+             f"On {chosen['prompts']} validation prompts (`{chosen['source']}`, disjoint from the training and the "
+             f"benchmark prompts), tokens/s pooled per arm; `learned` plays the fastest: **{chosen['arm']}**.", "",
+             "| arm | method | tokens/s | strong calls / step |", "|---|---|---|---|"]
+    for method, arm in ARMS.items():
+        g = df[df["method"] == method]
+        if len(g):
+            lines.append(f"| {arm} | {method} | {chosen['rates'][arm]:.2f} | "
+                         f"{g['strong_calls'].sum() / g['target_forwards'].sum():.2f} |")
+    return "\n".join(lines) + "\n"
 
 
 def default_out(a) -> Path:
@@ -531,6 +582,8 @@ def main(argv=None) -> int:
             s.add_argument("--methods", default="treegraft:never,treegraft:always,treegraft:learned,"
                                                 "treegraft:oracle,tree-weak,tree-strong",
                            help="bench method specs, e.g. treegraft:always[graft_g=0,blend=0] (an ablation)")
+            s.add_argument("--repeats", type=int, default=1,
+                           help="rounds per prompt; a row is its method's median-wall round")
             s.add_argument("--out", default=None,
                            help="bench run directory (results.csv, report.html; default: one per distinct "
                                 "comparison under runs/scheduler/compare/); the same command resumes")
@@ -546,6 +599,11 @@ def main(argv=None) -> int:
                    help="the collection's (what a step recorded without tokens_left had left)")
     t.add_argument("--cmdline", default=None, help=argparse.SUPPRESS)
     t.set_defaults(func=cmd_train)
+    c = sub.add_parser("choose", help="write the fastest arm of a validation run (`compare` with tree-strong, "
+                                      "treegraft:never, treegraft:always, treegraft:learned) into a scheduler")
+    c.add_argument("--compare", required=True, help="the validation run's directory (a bench run)")
+    c.add_argument("--scheduler", required=True, help="the directory of the scheduler.json to update")
+    c.set_defaults(func=cmd_choose)
     a = ap.parse_args(argv)
     try:
         return a.func(a)

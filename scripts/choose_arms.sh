@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Choose each shipped pair's arm on validation prompts (1 per set from offset 70: disjoint from the
+# training prompts at 40 and the benchmark's first ones): tree-strong, never, always and the gain rule
+# run interleaved (REPEATS rounds, median kept), then `scheduler choose` writes the fastest into the
+# pair's scheduler.json and REPORT.md. Resumable (each compare run is). One pair at a time.
+#   scripts/choose_arms.sh OUT [trio/weak+strong ...]
+set -euo pipefail
+root=${1:?usage: choose_arms.sh OUT [trio/weak+strong ...]}; shift
+pairs=("$@")
+[ ${#pairs[@]} -gt 0 ] || pairs=(qwen-coder/ngram+qwen-coder-0.5b qwen-coder/qwen-coder-weak+qwen-coder-0.5b
+  qwen-coder/ngram+qwen-coder-weak smollm2/weak+strong smollm2/ngram+strong smollm2/ngram+weak smollm2/weak+ngram)
+role() {  # an asset drafter's name on the command line
+  case $1 in ngram|qwen-coder-0.5b) echo "$1" ;; *) echo "asset:$1" ;; esac
+}
+py=${PYTHON:-.venv/bin/python}
+for p in "${pairs[@]}"; do
+  trio=${p%%/*}; pair=${p#*/}; weak=${pair%%+*}; strong=${pair#*+}
+  mkdir -p "$root/$p"
+  # The gain rule alone (no arm yet): what `learned` is before this choice.
+  "$py" -c 'import json,sys; d=json.load(open(sys.argv[1])); d.pop("arm",None); json.dump(d,open(sys.argv[2],"w"))' \
+    "assets/scheduler/$p/scheduler.json" "$root/$p/gain.json"
+  echo "== $p $(date -u +%H:%M:%S)"
+  TREEGRAFT_THREADS=2 "$py" -m treegraft scheduler compare --trio "$trio" --weak "$(role "$weak")" \
+    --strong "$(role "$strong")" --dtype float32 --per-suite 1 --offset 70 --max-new-tokens 32 --budget auto \
+    --depth 10 --methods tree-strong,treegraft:never,treegraft:always,treegraft:learned \
+    --scheduler "$root/$p/gain.json" --repeats "${REPEATS:-2}" --out "$root/$p/compare"
+  "$py" -m treegraft scheduler choose --compare "$root/$p/compare" --scheduler "assets/scheduler/$p"
+done
+echo "== done $(date -u +%H:%M:%S)"
