@@ -35,6 +35,8 @@ def learned_verdicts(run: ui.Run) -> list[dict] | None:
         pol = make_policy("learned", path=run.cfg.scheduler_path or scheduler_for(run.trio.trio, run.trio.pair))
     except Exception:  # no scheduler shipped (or moved): the page simply omits the comparison
         return None
+    if getattr(pol, "arm", "gain") != "gain":  # a fixed arm for this pair: nothing per step to ask
+        return [{"arm": pol.why()}]
     out = []
     for r in run.records:
         feats = (r.decision or {}).get("features")
@@ -55,7 +57,9 @@ def timeline(run: ui.Run) -> None:
                "the strong drafter) appears where the oracle ran.")
     st.plotly_chart(viz.decision_figure(run.records), key="decision_chart")
     shadow = learned_verdicts(run) if run.cfg.policy != "learned" else None
-    if shadow:
+    if shadow and "arm" in shadow[0]:
+        st.info(f"Under policy **learned** this pair plays one {shadow[0]['arm']}.")
+    elif shadow:
         calls = sum(v["call"] for v in shadow)
         st.info(f"Under policy **learned** (the distilled scheduler, same features, no forward needed to ask it) the "
                 f"strong drafter would have been called on {calls} of {len(shadow)} of these steps "

@@ -168,6 +168,10 @@ def test_shipped_scheduler_reproduces_recorded_predictions(trio, pair):
     assert trio == "smollm2" or path != DEFAULT_SCHEDULER  # each shipped pair has its own
     art = json.loads(path.read_text())
     policy = load_learned(path)
+    if "arm" in art:  # the arm chosen on validation prompts is the fastest there, and the one played
+        rates = art["arm"]["rates"]
+        assert policy.arm == art["arm"]["arm"] == max(rates, key=rates.get) and policy.solo == (policy.arm == "solo")
+        policy = policy.gain
     assert len(art["test_vectors"]) >= 4
     for tv in art["test_vectors"]:
         assert policy.prob(tv["features"]) == pytest.approx(tv["prob"], abs=1e-12)

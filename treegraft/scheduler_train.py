@@ -531,7 +531,9 @@ ARM_HEADING = "## Arm (chosen on validation prompts)"
 def arm_report(chosen: dict, df) -> str:
     lines = [ARM_HEADING, "",
              f"On {chosen['prompts']} validation prompts (`{chosen['source']}`, disjoint from the training and the "
-             f"benchmark prompts), tokens/s pooled per arm; `learned` plays the fastest: **{chosen['arm']}**.", "",
+             f"benchmark prompts: 1 per set from offset 70, 32 new tokens, `--budget auto --depth 10`, the arms "
+             f"interleaved, each row its median round), tokens/s pooled per arm; `learned` plays the fastest: "
+             f"**{chosen['arm']}**. Reproduce: `scripts/choose_arms.sh runs/arms <trio>/<weak>+<strong>`.", "",
              "| arm | method | tokens/s | strong calls / step |", "|---|---|---|---|"]
     for method, arm in ARMS.items():
         g = df[df["method"] == method]
