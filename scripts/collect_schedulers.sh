@@ -5,11 +5,8 @@
 set -euo pipefail
 root=${1:?usage: collect_schedulers.sh OUT_ROOT [trio/weak+strong ...]}; shift
 pairs=("$@")
-[ ${#pairs[@]} -gt 0 ] || pairs=(qwen-coder/ngram+qwen-coder-0.5b qwen-coder/qwen-coder-weak+qwen-coder-0.5b
-  qwen-coder/ngram+qwen-coder-weak smollm2/weak+strong smollm2/ngram+strong smollm2/ngram+weak smollm2/weak+ngram)
-role() {  # an asset drafter's name on the command line
-  case $1 in ngram|qwen-coder-0.5b) echo "$1" ;; *) echo "asset:$1" ;; esac
-}
+source "$(dirname "$0")/pairs.sh"
+[ ${#pairs[@]} -gt 0 ] || pairs=("${SHIPPED_PAIRS[@]}")
 py=${PYTHON:-.venv/bin/python}
 for p in "${pairs[@]}"; do
   trio=${p%%/*}; pair=${p#*/}; weak=${pair%%+*}; strong=${pair#*+}
