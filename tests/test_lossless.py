@@ -99,3 +99,22 @@ def test_greedy_matches_target_default_trio(default_trio, chat_ids, method, kw):
         ref = hf_greedy(default_trio.target, prompt, 24)
         new, records = run(default_trio, prompt, method=method, max_new_tokens=24, **kw)
         assert new == ref, (text, default_trio.tokenizer.decode(new), default_trio.tokenizer.decode(ref))
+
+
+@pytest.mark.parametrize("method,policy", [("tree-strong", "always"), ("treegraft", "always"), ("treegraft", "oracle")])
+def test_a_strong_window_stays_lossless_and_shrinks_its_prefill(trios, method, policy):
+    """--strong-context W: the strong drafter reads the last W tokens; the target still decides."""
+    trio = trios["random/perturbed"]
+    prompt = PROMPTS[2]
+    ref = hf_greedy(trio.target, prompt, 25)
+    engine = Engine(trio, GenConfig(method=method, policy=policy, max_new_tokens=25, budget=20, depth=5, topk=3,
+                                    graft=GraftConfig(strong_context=4)))
+    assert [t for r in engine.generate(prompt) for t in r.new_tokens] == ref
+    assert engine.strong.offset == len(prompt) - 4
+    assert engine.strong.n <= 4 + len(ref)
+
+
+def test_a_strong_window_on_a_feature_drafter_is_a_config_error(trios):
+    from treegraft.engine import ConfigError
+    with pytest.raises(ConfigError, match="context window"):
+        Engine(trios["random/features"], GenConfig(graft=GraftConfig(strong_context=8)))

@@ -159,3 +159,39 @@ def test_catch_up_runs_the_head_only_on_the_rows_it_returns():
     assert torch.allclose(out[0], sequential_logits(model, prefix), atol=1e-4)
     for j, i in enumerate(nodes):
         assert torch.allclose(out[1 + j], sequential_logits(model, prefix + tree.tokens(i)), atol=1e-4)
+
+
+def test_a_drafter_window_reads_only_the_last_tokens_at_positions_from_zero():
+    """limit_context(W): the first catch-up keeps the last W tokens; later catch-ups and tree nodes
+    continue from there, each row what the model gives on the windowed sequence alone."""
+    model = tiny_llama(6, vocab=64)
+    prompt, window = [3, 9, 27, 17, 51, 25, 11, 33, 5, 60], 4
+    runner = Runner(model, "strong")
+    runner.limit_context(window)
+    out = runner.catch_up(prompt)
+    assert runner.offset == len(prompt) - window and runner.cache_len == window
+    assert torch.allclose(out[0], sequential_logits(model, prompt[-window:]), atol=1e-4)
+    assert not torch.allclose(out[0], sequential_logits(model, prompt), atol=1e-2)  # the window matters
+    tree = random_tree(6, 64, n=5)
+    nodes = list(range(len(tree)))
+    runner.commit([])
+    seq = prompt + [7, 8]                       # two accepted tokens since, then a tree below the root
+    out = runner.catch_up(seq, nodes, tree)
+    windowed = seq[len(prompt) - window:]
+    assert torch.allclose(out[0], sequential_logits(model, windowed), atol=1e-4)
+    for j, i in enumerate(nodes):
+        assert torch.allclose(out[1 + j], sequential_logits(model, windowed + tree.tokens(i)), atol=1e-4)
+    runner.commit([])
+    lone = runner.forward_nodes(tree, [0], len(seq) - 1)  # root_pos is a sequence position
+    assert torch.allclose(lone[0], sequential_logits(model, windowed + tree.tokens(0)), atol=1e-4)
+    runner.reset()
+    runner.catch_up(prompt[:3])                 # shorter than the window: everything, offset 0
+    assert runner.offset == 0 and runner.cache_len == 3
+
+
+def test_a_feature_drafter_refuses_a_window():
+    from treegraft import eagle
+    target = tiny_llama(7, vocab=64)
+    runner = Runner(eagle.build(target).eval(), "strong", features_from=Runner(target))
+    with pytest.raises(ValueError, match="context window"):
+        runner.limit_context(8)

@@ -96,6 +96,10 @@ class Engine:
         self.target = make_runner(trio.target, "target")
         self.weak = make_runner(trio.weak, "weak", features_from=self.target)
         self.strong = make_runner(trio.strong, "strong", features_from=self.target)
+        try:
+            self.strong.limit_context(cfg.graft.strong_context)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         scheduler = cfg.scheduler_path or scheduler_for(trio.trio, trio.pair)
         self.policy = policy or (make_policy(cfg.policy, cfg.every_k, scheduler) if cfg.method == "treegraft" else None)
         self.generator = torch.Generator().manual_seed(cfg.seed)

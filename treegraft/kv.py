@@ -6,6 +6,11 @@ not known yet). ``catch_up`` feeds the missing accepted tokens including the roo
 appends tree nodes that attend to the committed prefix and to their own ancestors only;
 ``commit`` keeps the accepted path's slots and drops the rest.
 
+A drafter's window (``limit_context``): a drafter may read only the last W tokens of the sequence it
+first sees. Its cache then starts ``offset`` tokens in, and its positions count from there (RoPE only
+sees relative positions, so the window reads as a shorter prompt). Its prefill, the one-time cost that
+makes a first strong call dear, shrinks to W tokens; the target never has a window (it decides).
+
 Features (treegraft.eagle): a Runner can keep its model's post-norm last hidden states, one row per
 cache slot (``hidden``). The target keeps them when a drafter reads them; a feature drafter reads the
 target's rows for committed tokens and its own predicted rows for tree nodes (a node reads its
@@ -57,6 +62,16 @@ class Runner:
         self.n = 0                  # committed tokens in the cache
         self.slot: dict[int, int] = {}  # tree node id -> cache index, this step only
         self.hidden: torch.Tensor | None = None  # [cache_len, H] when keep_features
+        self.offset = 0             # sequence tokens before the cache's first one (a drafter's window)
+
+    context = 0  # the most tokens of the first sequence it reads (0: all); see limit_context
+
+    def limit_context(self, tokens: int) -> None:
+        """Read at most the last `tokens` tokens of the sequence at the first catch-up (0: all)."""
+        if tokens and self.needs_features:
+            raise ValueError(f"{self.name}: a feature drafter reads the target's features at every "
+                             "position and cannot take a context window")
+        self.context = tokens
 
     @property
     def cache_len(self) -> int:
@@ -109,6 +124,9 @@ class Runner:
         """Feed seq[n:] (at least the root) and, optionally, tree nodes in the same forward.
         Returns logits: row 0 is the root's (the last token of seq), then one row per node."""
         assert self.cache_len == self.n and not self.slot, "catch_up must start a step"
+        if self.n == 0:
+            self.offset = max(0, len(seq) - self.context) if self.context else 0
+        seq = seq[self.offset:]
         new = list(seq[self.n:])
         if not new:
             raise RuntimeError(f"{self.name}: cache already holds the root token")
@@ -119,7 +137,7 @@ class Runner:
             self.n = len(seq)
             if not nodes:
                 return logits[-1:]
-            return torch.cat([logits[-1:], self.forward_levels(tree, nodes, len(seq) - 1)])
+            return torch.cat([logits[-1:], self.forward_levels(tree, nodes, self.offset + len(seq) - 1)])
         visible = [list(range(base + r + 1)) for r in range(q)]  # causal over the catch-up tokens
         ids, positions = list(new), list(range(base, base + q))
         root_pos = len(seq) - 1
@@ -147,7 +165,7 @@ class Runner:
     def forward_nodes(self, tree: DraftTree, nodes: list[int], root_pos: int) -> torch.Tensor:
         """Append tree nodes whose ancestors are already cached (or in this batch; for a feature
         drafter, in an earlier forward); logits per node."""
-        start = self.cache_len
+        start, root_pos = self.cache_len, root_pos - self.offset
         for j, i in enumerate(nodes):
             self.slot[i] = start + j
         visible, ids, positions = [], [], []

@@ -114,6 +114,9 @@ class LookupRunner(Runner):
                 self.hits[n] = self.hits.get(n, 0) + int(max(scores, key=scores.get) == seq[p])
         self.scored = len(seq)
 
+    def limit_context(self, tokens: int) -> None:
+        """No window: looking up the whole context costs no model time, and the prompt is what it copies."""
+
     def catch_up(self, seq: list[int], nodes=(), tree=None) -> torch.Tensor:
         self.calibrate(seq)
         return super().catch_up(seq, nodes, tree)
