@@ -212,7 +212,7 @@ class Watching:
         return d
 
 
-@pytest.mark.parametrize("policy", ["never", "always", "every-k", "learned"])
+@pytest.mark.parametrize("policy", ["never", "always", "every-k", "when-empty", "learned"])
 def test_every_policy_is_lossless_and_decisions_cost_no_forward(rows, tmp_path, policy):
     from treegraft.schedule import make_policy
     art, _ = train(rows, holdout=0.3)
@@ -258,7 +258,7 @@ def test_features_are_the_scheduler_inputs_in_order():
     assert tuple(features(DraftTree(), History(), depth=6)) == FEATURES + COSTS
 
 
-@pytest.mark.parametrize("arm", ["solo", "never", "always"])
+@pytest.mark.parametrize("arm", ["solo", "never", "always", "when-empty"])
 def test_a_chosen_arm_plays_that_method_losslessly(rows, tmp_path, arm):
     """`scheduler choose` may pick a fixed arm for a pair; `solo` steps are tree-strong steps (the same
     trees, the weak drafter never runs), never/always the fixed policies, and output stays greedy."""
@@ -267,7 +267,7 @@ def test_a_chosen_arm_plays_that_method_losslessly(rows, tmp_path, arm):
     trio = tiny_trio("random", "perturbed")
     prompt = [5, 17, 33, 2, 9]
     cfg = dict(max_new_tokens=30, budget=12, depth=4, topk=3)
-    same = {"solo": "tree-strong", "never": "treegraft", "always": "treegraft"}[arm]
+    same = {"solo": "tree-strong"}.get(arm, "treegraft")
     ref = Engine(trio, GenConfig(method=same, policy=arm if arm != "solo" else "always", **cfg))
     ref_records = list(ref.generate(prompt))
     engine = Engine(trio, GenConfig(method="treegraft", policy="learned", scheduler_path=str(tmp_path / "s.json"), **cfg))
@@ -278,7 +278,25 @@ def test_a_chosen_arm_plays_that_method_losslessly(rows, tmp_path, arm):
     for rec in records:
         assert f"arm '{arm}'" in rec.decision["reason"]
         assert (rec.forwards["weak"] > 0) == (arm != "solo")
-        assert rec.strong_called == (arm != "never") == (rec.forwards["strong"] > 0)
+        assert rec.strong_called == (rec.forwards["strong"] > 0)
+        if arm != "when-empty":
+            assert rec.strong_called == (arm != "never")
+    if arm != "solo":  # a tree-strong step records no call
+        assert [r.strong_called for r in records] == [r.strong_called for r in ref_records]
+
+
+def test_when_empty_calls_exactly_where_the_weak_tree_sends_nothing():
+    """Prompt lookup as the weak drafter: no match, no weak node, a strong call; a match, no call."""
+    trio = tiny_trio("ngram", "perturbed")
+    prompt = [5, 17, 33, 2, 9, 5, 17, 33, 2, 9, 40, 41]
+    ref = trio.target.generate(ids(prompt), max_new_tokens=30, do_sample=False)[0, len(prompt):].tolist()
+    engine = Engine(trio, GenConfig(method="treegraft", policy="when-empty", max_new_tokens=30, budget=12, depth=4,
+                                    topk=3))
+    records = list(engine.generate(prompt))
+    assert engine.new_tokens == ref
+    calls = [r.decision["call"] for r in records]
+    assert calls == [r.decision["features"]["weak_n"] == 0 for r in records] == [r.strong_called for r in records]
+    assert any(calls) and not all(calls)  # both kinds of step happen here
 
 
 def test_choose_writes_the_fastest_arm_of_a_validation_run(rows, tmp_path):

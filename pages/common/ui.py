@@ -62,7 +62,7 @@ def guard(what: str):
 
 def policies() -> list[str]:
     from treegraft.schedule import default_policy
-    names = ["always", "never", "every-k", "oracle"]
+    names = ["always", "never", "every-k", "when-empty", "oracle"]
     return (["learned"] + names) if default_policy() == "learned" else names
 
 
@@ -80,7 +80,7 @@ def defaults() -> dict:
             "budget": 16, "auto_budget": False, "depth": 6, "topk": 4, "max_new_tokens": 64,
             "temperature": 0.0, "top_p": 1.0, "seed": 0,
             "rescore_m": g.rescore_m, "recover_k": g.recover_k, "graft_g": g.graft_g, "graft_h": g.graft_h,
-            "graft_k": g.graft_k, "blend": g.blend}
+            "graft_k": g.graft_k, "blend": g.blend, "strong_context": g.strong_context}
 
 
 def restore(key: str, default) -> None:
@@ -174,6 +174,10 @@ def settings_sidebar(page: str) -> dict:
         _widget(st.number_input, "h: graft depth (tokens)", "graft_h", seed, step=1)
         _widget(st.number_input, "children per graft node", "graft_k", seed, step=1)
         _widget(st.number_input, "blend (weight of log q_strong)", "blend", seed, step=0.1, format="%.2f")
+        _widget(st.number_input, "W: strong drafter's window (tokens, 0 = all)", "strong_context", seed, step=32,
+                help="the strong drafter reads only the last W tokens of the context it first sees: its "
+                     "prompt prefill, a first call's one-time cost, shrinks to W tokens; the target still "
+                     "verifies every token")
     return settings()
 
 
@@ -191,7 +195,8 @@ def validate(s: dict, prompt: str) -> GenConfig:
 
 def make_config(s: dict, **override) -> GenConfig:
     graft = GraftConfig(rescore_m=int(s["rescore_m"]), recover_k=int(s["recover_k"]), graft_g=int(s["graft_g"]),
-                        graft_h=int(s["graft_h"]), graft_k=int(s["graft_k"]), blend=float(s["blend"]))
+                        graft_h=int(s["graft_h"]), graft_k=int(s["graft_k"]), blend=float(s["blend"]),
+                        strong_context=int(s.get("strong_context", 0)))
     cfg = GenConfig(method=s["method"], max_new_tokens=int(s["max_new_tokens"]), budget=int(s["budget"]),
                     auto_budget=bool(s.get("auto_budget", False)),
                     depth=int(s["depth"]), topk=int(s["topk"]), temperature=float(s["temperature"]),
