@@ -37,13 +37,13 @@ class GraftConfig:
     graft_k: int = knob(4, "children per node inside a graft", 0, 256)
     # s = blend * log q_s + (1 - blend) * log q_w where both are known
     blend: float = knob(1.0, "weight of log q_s in a rescored node's score", 0, 1)
-    # A weak score that is a measured hit rate (prompt lookup calibrates itself online) is evidence of
-    # acceptance, not just a model's guess: 1 keeps it where it beats the (blended) strong score.
-    # 0 reads everything. A window cuts the strong drafter's prompt prefill (paid at a generation's
-    # first call: the 0.5B over a 170-token prompt costs ~3 target steps on this CPU) to W tokens.
+    # 0 reads everything. A window cuts the strong drafter's prompt prefill, paid at a generation's first
+    # call (the 0.5B's: 3.2 target one-token forwards on the qwen-coder training prompts), to W tokens.
     strong_context: int = knob(0, "W: the strong drafter reads only the last W tokens of the context it "
                                    "first sees (0: all); a drafter-side cost cut, the target still verifies",
                                0, 1_000_000)
+    # A weak score that is a measured hit rate (prompt lookup calibrates itself online) is evidence of
+    # acceptance, not just a model's guess: 1 keeps it where it beats the (blended) strong score.
     keep_calibrated: int = knob(1, "1: keep a calibrated weak score (prompt lookup's hit rate) above q_s's; "
                                    "0: replace it", 0, 1)
 

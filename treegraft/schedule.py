@@ -161,8 +161,9 @@ class EveryK(Policy):
 
 class WhenEmpty(Policy):
     """Call only where the weak tree would send the target nothing (weak_n = 0: prompt lookup found no
-    match, or no node is worth its verification). There a call cannot displace a weak token, and in the
-    qwen-coder pair's oracle steps it paid on 82% of such steps; elsewhere the weak drafter is left alone."""
+    match, or no node is worth its verification). There a call cannot displace a weak token: in the
+    qwen-coder ngram+0.5B oracle steps a call raised the step's tokens/s on 75% of such steps against 30%
+    of the others. Elsewhere the weak drafter runs alone."""
     name = "when-empty"
 
     def decide(self, feats, step):
