@@ -55,6 +55,7 @@ class Runner:
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.forwards = 0          # model calls: lets tests prove a decision costs no forward
+        self.context = 0           # the most tokens of the first sequence it reads (0: all): limit_context
         self.reset()
 
     def reset(self) -> None:
@@ -63,8 +64,6 @@ class Runner:
         self.slot: dict[int, int] = {}  # tree node id -> cache index, this step only
         self.hidden: torch.Tensor | None = None  # [cache_len, H] when keep_features
         self.offset = 0             # sequence tokens before the cache's first one (a drafter's window)
-
-    context = 0  # the most tokens of the first sequence it reads (0: all); see limit_context
 
     def limit_context(self, tokens: int) -> None:
         """Read at most the last `tokens` tokens of the sequence at the first catch-up (0: all)."""
