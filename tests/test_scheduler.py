@@ -316,7 +316,8 @@ def test_choose_writes_the_fastest_arm_of_a_validation_run(rows, tmp_path):
     assert main(["choose", "--compare", str(run), "--scheduler", str(tmp_path / "s")]) == 0
     saved = json.loads((tmp_path / "s" / "scheduler.json").read_text())["arm"]
     assert saved["arm"] == "solo" and saved["rates"]["gain"] == pytest.approx(4.0) and saved["prompts"] == 2
-    assert "**solo**" in (tmp_path / "s" / "REPORT.md").read_text()
+    report = (tmp_path / "s" / "REPORT.md").read_text()
+    assert "**solo**" in report and "PER_SUITE=2 REPEATS=1 scripts/choose_arms.sh" in report
     policy = load_learned(tmp_path / "s" / "scheduler.json")
     assert policy.solo and policy.gain.kappa == art["kappa"]
     with pytest.raises(ValueError, match="treegraft:learned"):

@@ -514,7 +514,9 @@ def cmd_choose(a) -> int:
     df, _ = load_results(a.compare)
     if not len(df):
         raise ValueError(f"{a.compare} holds no finished rows")
-    chosen = choose_arm(df) | {"source": str(a.compare)}
+    config = Path(a.compare) / "config.json"
+    repeats = json.loads(config.read_text()).get("repeats", 1) if config.exists() else 1
+    chosen = choose_arm(df) | {"source": str(a.compare), "repeats": repeats}
     art["arm"] = chosen
     save_json(out / "scheduler.json", art)
     report = out / "REPORT.md"
@@ -529,11 +531,13 @@ ARM_HEADING = "## Arm (chosen on validation prompts)"
 
 
 def arm_report(chosen: dict, df) -> str:
+    per_suite = max(1, chosen["prompts"] // max(1, df["suite"].nunique()))
     lines = [ARM_HEADING, "",
              f"On {chosen['prompts']} validation prompts (`{chosen['source']}`, disjoint from the training and the "
-             f"benchmark prompts: 1 per set from offset 70, 32 new tokens, `--budget auto --depth 10`, the arms "
+             f"benchmark prompts: from offset 70 in each set, 32 new tokens, `--budget auto --depth 10`, the arms "
              f"interleaved, each row its median round), tokens/s pooled per arm; `learned` plays the fastest: "
-             f"**{chosen['arm']}**. Reproduce: `scripts/choose_arms.sh runs/arms <trio>/<weak>+<strong>`.", "",
+             f"**{chosen['arm']}**. Reproduce: `PER_SUITE={per_suite} REPEATS={chosen.get('repeats', 1)} "
+             f"scripts/choose_arms.sh runs/arms <trio>/<weak>+<strong>`.", "",
              "| arm | method | tokens/s | strong calls / step |", "|---|---|---|---|"]
     for method, arm in ARMS.items():
         g = df[df["method"] == method]
