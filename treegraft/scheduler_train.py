@@ -37,6 +37,7 @@ from sklearn.model_selection import GridSearchCV, GroupKFold, StratifiedKFold, c
 from .bench.methods import parse_methods
 from .bench.prompts import SUITES, load_suite
 from .bench.run import load_results, run_bench
+from .bench.store import CONFIG
 from .engine import Engine
 from .models import save_json
 from .options import add_model_args, add_tree_args, encode_prompt, gen_config, trio_from_args
@@ -514,7 +515,7 @@ def cmd_choose(a) -> int:
     df, _ = load_results(a.compare)
     if not len(df):
         raise ValueError(f"{a.compare} holds no finished rows")
-    config = Path(a.compare) / "config.json"
+    config = Path(a.compare) / CONFIG  # the compare run's own record of its rounds
     repeats = json.loads(config.read_text()).get("repeats", 1) if config.exists() else 1
     chosen = choose_arm(df) | {"source": str(a.compare), "repeats": repeats}
     art["arm"] = chosen
