@@ -1,11 +1,12 @@
 """`--budget auto`: the tree size that maximises expected tokens per second on a cost curve."""
 
 import pytest
+import torch
 
 from tiny import ids, tiny_trio
 from treegraft import costs
-from treegraft.budget import another_level_pays, choose_budget, forward_ms
-from treegraft.engine import Engine, GenConfig
+from treegraft.budget import LiveCurve, another_level_pays, choose_budget, forward_ms
+from treegraft.engine import Clock, Engine, GenConfig
 from treegraft.tree import ROOT, DraftTree
 
 
@@ -59,3 +60,35 @@ def test_auto_budget_is_lossless_and_cached(tmp_path, monkeypatch):
         assert all(r.budget is not None and r.budget <= 64 and len(r.selected) <= r.budget for r in records)
     assert list((tmp_path / "profiles").glob("*.json"))     # measured once, then read
     assert set(costs.target_curve(trio)) == set(costs.QS[:-1])
+
+
+def test_live_curve_scales_the_profile_by_measured_verifications():
+    live = LiveCurve({1: 10.0, 8: 20.0})
+    assert forward_ms(live, 8) == 20.0 and live.scale == 1.0
+    live.observe(1, 0.020)                       # twice the profile's 10 ms
+    assert live.scale == pytest.approx(2.0) and forward_ms(live, 8) == pytest.approx(40.0)
+    live.observe(8, 0.010)                       # half the profile's 20 ms
+    live.observe(8, 0.010)
+    assert live.scale == pytest.approx(0.5)      # the median of the recent ratios, not the last one
+    live.observe(1, 0.0)                         # nothing measured: ignored
+    assert len(live.ratios) == 3
+    live.reset()
+    assert dict(live) == {1: 10.0, 8: 20.0} and live.scale == 1.0
+
+
+def test_engine_feeds_each_verification_but_the_prefill_to_its_curve(tmp_path, monkeypatch):
+    monkeypatch.setenv("TREEGRAFT_HOME", str(tmp_path))
+    engine = Engine(tiny_trio("perturbed", "copy"), GenConfig(method="tree-weak", max_new_tokens=12, budget=8,
+                                                              auto_budget=True))
+    records = list(engine.generate([5, 17, 33, 2, 9]))
+    assert len(engine.curve.ratios) == len(records) - 1 > 0          # step 0 holds the prompt's prefill
+    assert dict(engine.curve) == pytest.approx({q: ms * engine.curve.scale for q, ms in engine.curve.base.items()})
+    list(engine.generate([1, 2, 3]))
+    assert len(engine.curve.ratios) == len(engine.records) - 1       # a new generation starts afresh
+
+
+def test_clock_hides_a_discarded_branch_from_elapsed_not_from_phases():
+    clock = Clock(torch.device("cpu"))
+    clock.times["verify"] = 2.0
+    clock.hide(1.5)
+    assert clock.elapsed() == pytest.approx(0.5, abs=0.05) and clock.times["verify"] == 2.0

@@ -57,3 +57,36 @@ def another_level_pays(tree: DraftTree, parents: list[int], curve: dict[int, flo
     extra = sum(math.exp(min(0.0, tree.nodes[i].value + tree.nodes[i].score)) for i in parents)
     grown = min(max_budget, n + len(parents))
     return (gain + extra) / (spent_s + level_s + forward_ms(curve, grown + 1) / 1e3) > rate
+
+
+class LiveCurve(dict):
+    """The profiled curve, rescaled by what this generation's verifications really cost.
+
+    A profile is measured once per machine and models, on a 200-token context, and a machine's load
+    moves (on this CPU two cached profiles of the same 1.5B put q=1 at 190 and 401 ms against 265 ms
+    in plain decoding), so every rule that reads the curve (the budget, the next drafter level, the
+    scheduler's seconds) would size trees for another machine. After each verification it scales the
+    whole curve by the median ratio of measured to profiled seconds over the last `window` ones; the
+    curve's shape (how q tokens cost against one) stays the profile's. A plain dict of q -> ms, so
+    forward_ms reads it like any curve."""
+
+    def __init__(self, base: dict[int, float], window: int = 8):
+        super().__init__(base)
+        self.base, self.window, self.ratios = dict(base), window, []
+
+    @property
+    def scale(self) -> float:
+        recent = sorted(self.ratios[-self.window:])
+        return recent[len(recent) // 2] if recent else 1.0
+
+    def observe(self, q: int, seconds: float) -> None:
+        """A target forward over q new tokens took `seconds`."""
+        if q < 1 or seconds <= 0:
+            return
+        self.ratios.append(seconds * 1e3 / forward_ms(self.base, q))
+        s = self.scale
+        self.update({k: v * s for k, v in self.base.items()})
+
+    def reset(self) -> None:
+        self.ratios.clear()
+        self.update(self.base)

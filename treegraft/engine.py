@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .budget import another_level_pays, choose_budget
+from .budget import LiveCurve, another_level_pays, choose_budget
 from .calibrate import Calibration
 from .costs import target_curve
 from .draft import draft_tree
@@ -71,14 +71,18 @@ class Clock:
     """Phase timer; synchronises the device so each phase is charged its own kernels."""
 
     def __init__(self, device):
-        self.device, self.times = device, {}
+        self.device, self.times, self.hidden = device, {}, 0.0
         sync(device)
         self.t = time.perf_counter()
 
     def elapsed(self) -> float:
-        """Seconds since the step began (all phases so far plus the running one)."""
+        """Seconds the step has spent so far (all phases plus the running one), less hidden ones."""
         sync(self.device)
-        return sum(self.times.values()) + (time.perf_counter() - self.t)
+        return sum(self.times.values()) + (time.perf_counter() - self.t) - self.hidden
+
+    def hide(self, seconds: float) -> None:
+        """Keep `seconds` out of elapsed() (a branch the step will not keep), not out of the phases."""
+        self.hidden += seconds
 
     def lap(self, phase: str) -> float:
         sync(self.device)
@@ -103,10 +107,10 @@ class Engine:
         scheduler = cfg.scheduler_path or scheduler_for(trio.trio, trio.pair)
         self.policy = policy or (make_policy(cfg.policy, cfg.every_k, scheduler) if cfg.method == "treegraft" else None)
         self.generator = torch.Generator().manual_seed(cfg.seed)
-        self.curve = target_curve(trio) if cfg.auto_budget and cfg.method != "ar" else None
+        self.curve = LiveCurve(target_curve(trio)) if cfg.auto_budget and cfg.method != "ar" else None
         # The scheduler weighs seconds on this device: it reads the same measured curve, fixed budget or not.
         weighs = cfg.method == "treegraft" and cfg.policy in ("learned", "oracle")
-        self.cost_curve = target_curve(trio) if self.curve is None and weighs else self.curve
+        self.cost_curve = LiveCurve(target_curve(trio)) if self.curve is None and weighs else self.curve
         self.calibration = Calibration(skip=tuple(r.name for r in (self.weak, self.strong)
                                                   if getattr(r.model, "calibrated", False)))
         self.seq: list[int] = []
@@ -125,6 +129,8 @@ class Engine:
         self.seq, self.prompt_len, self.records = list(prompt_ids), len(prompt_ids), []
         self.history = History()
         self.calibration.reset()
+        for live in {id(c): c for c in (self.curve, self.cost_curve) if c is not None}.values():
+            live.reset()
         self.generator.manual_seed(self.cfg.seed)
 
     @property
@@ -176,8 +182,9 @@ class Engine:
             rec.budget = self.budget(tree, depth, clock)
             selected = select(tree, rec.budget, depth)
             self.snap(rec, "selected", tree)
+        pending = len(seq) - self.target.n
         logits = self.target.catch_up(seq, selected, tree)
-        clock.lap("verify")
+        self.observe(pending, selected, clock.lap("verify"))
         path, bonus = self.accept(tree, selected, logits)
         return self.finish(rec, decision, tree, selected, path, bonus, clock, fw0)
 
@@ -186,6 +193,13 @@ class Engine:
         if self.curve is None:
             return self.cfg.budget
         return choose_budget(tree, self.curve, clock.elapsed(), self.cfg.budget, depth)[0]
+
+    def observe(self, pending: int, selected: list[int], seconds: float) -> None:
+        """Scale the cost curve by what this verification cost (not the prompt's prefill: step 0, or
+        a catch-up of more than the root)."""
+        live = self.curve if self.curve is not None else self.cost_curve
+        if live is not None and self.records and pending == 1:
+            live.observe(1 + len(selected), seconds)
 
     def more(self, depth: int, clock: Clock, first_level_s: float | None = None):
         """With --budget auto, a drafter level is run only if it pays (treegraft.budget); each level
@@ -305,6 +319,9 @@ class Engine:
         mark, before, weak_s = self.target.mark(), self.generator.get_state(), clock.times.get("draft_weak", 0.0)
         plain = self.run_branch(copy.deepcopy(tree), depth, clock)
         self.rewind(mark, before)
+        # The strong branch must be the step `always` would play: sized and grafted on the seconds
+        # this step spent before the branches split, not on those plus the plain branch's verification.
+        clock.hide(plain.verify_s)
         strong_fw = self.strong.forwards
         self.refine(tree, depth, rec, clock)
         refine_s = sum(rec.stage_times.values())
@@ -340,8 +357,12 @@ class Engine:
         selected = select(tree, self.budget(tree, depth, clock), depth)
         if rec is not None:
             self.snap(rec, "selected", tree)
-        path, bonus = self.accept(tree, selected, self.target.catch_up(self.seq, selected, tree))
-        return Branch(tree, selected, path, bonus, clock.lap("verify"), self.generator.get_state())
+        pending = len(self.seq) - self.target.n
+        logits = self.target.catch_up(self.seq, selected, tree)
+        verify_s = clock.lap("verify")
+        self.observe(pending, selected, verify_s)
+        path, bonus = self.accept(tree, selected, logits)
+        return Branch(tree, selected, path, bonus, verify_s, self.generator.get_state())
 
     def rewind(self, mark, rng_state) -> None:
         """Back to a state before verification: the target's cache and the random stream."""
