@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Choose each shipped pair's arm on validation prompts (PER_SUITE per set, default 1, from offset 70:
-# disjoint from the training prompts at 40-42 and the benchmark's first ones): tree-strong, never, always, when-empty and the gain rule
+# disjoint from the training prompts at 40-42 and the benchmark's first ones): tree-strong, never, always, when-empty,
+# when-unsure (at its default threshold, plus any in EXTRA_ARMS, e.g. EXTRA_ARMS="treegraft:when-unsure[unsure=1.5]") and the gain rule
 # run interleaved (REPEATS rounds, median kept), then `scheduler choose` writes the fastest into the
 # pair's scheduler.json and REPORT.md. Resumable (each compare run is). One pair at a time.
 #   scripts/choose_arms.sh OUT [trio/weak+strong ...]
@@ -19,7 +20,7 @@ for p in "${pairs[@]}"; do
   echo "== $p $(date -u +%H:%M:%S)"
   TREEGRAFT_THREADS=2 "$py" -m treegraft scheduler compare --trio "$trio" --weak "$(role "$weak")" \
     --strong "$(role "$strong")" --dtype float32 --per-suite "${PER_SUITE:-1}" --offset 70 --max-new-tokens 32 --budget auto \
-    --depth 10 --methods tree-strong,treegraft:never,treegraft:always,treegraft:when-empty,treegraft:learned \
+    --depth 10 --methods "tree-strong,treegraft:never,treegraft:always,treegraft:when-empty,treegraft:when-unsure${EXTRA_ARMS:+,$EXTRA_ARMS},treegraft:learned" \
     --scheduler "$root/$p/gain.json" --repeats "${REPEATS:-2}" --out "$root/$p/compare"
   "$py" -m treegraft scheduler choose --compare "$root/$p/compare" --scheduler "assets/scheduler/$p"
 done

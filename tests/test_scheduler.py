@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tiny import ids, tiny_trio
-from treegraft.engine import Engine, GenConfig
+from treegraft.engine import ConfigError, Engine, GenConfig
 from treegraft.schedule import (COSTS, DEFAULT_SCHEDULER, FEATURES, POOL_FEATURES, GainPolicy, History, Trees,
                                 load_learned, scheduler_for)
 from treegraft.scheduler_train import EXPLORE, KAPPAS, train
@@ -212,7 +212,7 @@ class Watching:
         return d
 
 
-@pytest.mark.parametrize("policy", ["never", "always", "every-k", "when-empty", "learned"])
+@pytest.mark.parametrize("policy", ["never", "always", "every-k", "when-empty", "when-unsure", "learned"])
 def test_every_policy_is_lossless_and_decisions_cost_no_forward(rows, tmp_path, policy):
     from treegraft.schedule import make_policy
     art, _ = train(rows, holdout=0.3)
@@ -258,7 +258,7 @@ def test_features_are_the_scheduler_inputs_in_order():
     assert tuple(features(DraftTree(), History(), depth=6)) == FEATURES + COSTS
 
 
-@pytest.mark.parametrize("arm", ["solo", "never", "always", "when-empty"])
+@pytest.mark.parametrize("arm", ["solo", "never", "always", "when-empty", "when-unsure"])
 def test_a_chosen_arm_plays_that_method_losslessly(rows, tmp_path, arm):
     """`scheduler choose` may pick a fixed arm for a pair; `solo` steps are tree-strong steps (the same
     trees, the weak drafter never runs), never/always the fixed policies, and output stays greedy."""
@@ -279,7 +279,7 @@ def test_a_chosen_arm_plays_that_method_losslessly(rows, tmp_path, arm):
         assert f"arm '{arm}'" in rec.decision["reason"]
         assert (rec.forwards["weak"] > 0) == (arm != "solo")
         assert rec.strong_called == (rec.forwards["strong"] > 0)
-        if arm != "when-empty":
+        if arm not in ("when-empty", "when-unsure"):
             assert rec.strong_called == (arm != "never")
     if arm != "solo":  # a tree-strong step records no call
         assert [r.strong_called for r in records] == [r.strong_called for r in ref_records]
@@ -297,6 +297,49 @@ def test_when_empty_calls_exactly_where_the_weak_tree_sends_nothing():
     calls = [r.decision["call"] for r in records]
     assert calls == [r.decision["features"]["weak_n"] == 0 for r in records] == [r.strong_called for r in records]
     assert any(calls) and not all(calls)  # both kinds of step happen here
+
+
+@pytest.mark.parametrize("below", [1.0, 2.0, 64.0])
+def test_when_unsure_calls_where_the_weak_tree_expects_fewer_tokens_than_its_threshold(below):
+    """At 1 token it never calls (an empty tree expects exactly 1), at 64 always; in between, exactly
+    where the weak tree's expectation is under the threshold, and output stays greedy."""
+    trio = tiny_trio("ngram", "perturbed")
+    prompt = [5, 17, 33, 2, 9, 5, 17, 33, 2, 9, 40, 41]
+    ref = trio.target.generate(ids(prompt), max_new_tokens=30, do_sample=False)[0, len(prompt):].tolist()
+    engine = Engine(trio, GenConfig(method="treegraft", policy="when-unsure", unsure=below, max_new_tokens=30,
+                                    budget=12, depth=4, topk=3))
+    records = list(engine.generate(prompt))
+    assert engine.new_tokens == ref
+    calls = [r.decision["call"] for r in records]
+    assert calls == [r.decision["features"]["weak_expected"] < below for r in records] == [r.strong_called for r in records]
+    assert {1.0: not any(calls), 64.0: all(calls)}.get(below, any(calls) and not all(calls))
+    with pytest.raises(ConfigError, match="unsure"):
+        GenConfig(unsure=0.5).check()
+
+
+def test_choose_reads_when_unsure_at_another_threshold_as_that_arm(rows, tmp_path):
+    from treegraft.bench.store import append_row
+    from treegraft.scheduler_train import arm_of, main
+    assert arm_of("treegraft:when-unsure[unsure=1.5]") == ("when-unsure", {"unsure": 1.5})
+    assert arm_of("treegraft:when-unsure") == ("when-unsure", {})
+    assert arm_of("treegraft:always[budget=8]") is None   # an ablation is not an arm
+    art, _ = train(rows, holdout=0.3)
+    (tmp_path / "s").mkdir()
+    save_json(tmp_path / "s" / "scheduler.json", art)
+    run = tmp_path / "run"
+    run.mkdir()
+    walls = {"treegraft:when-unsure": 3.0, "treegraft:when-unsure[unsure=2.5]": 2.0, "treegraft:learned": 4.0,
+             "treegraft:always[budget=8]": 1.0}
+    for m, w in walls.items():
+        append_row(run, {"prompt_id": "a", "suite": "x", "category": "x", "method": m, "new_tokens": 10,
+                         "target_forwards": 5, "wall_s": w, "strong_calls": 2})
+    assert main(["choose", "--compare", str(run), "--scheduler", str(tmp_path / "s")]) == 0
+    saved = json.loads((tmp_path / "s" / "scheduler.json").read_text())["arm"]
+    assert saved["arm"] == "when-unsure" and saved["unsure"] == 2.5
+    assert set(saved["rates"]) == {"when-unsure", "when-unsure[unsure=2.5]", "gain"}
+    assert "**when-unsure[unsure=2.5]**" in (tmp_path / "s" / "REPORT.md").read_text()
+    policy = load_learned(tmp_path / "s" / "scheduler.json")
+    assert policy.arm == "when-unsure" and policy.unsure == 2.5
 
 
 def test_choose_writes_the_fastest_arm_of_a_validation_run(rows, tmp_path):

@@ -43,6 +43,7 @@ class GenConfig:
     seed: int = 0
     policy: str = "always"
     every_k: int = 2
+    unsure: float = 2.0               # when-unsure: call where the weak tree expects fewer tokens than this
     scheduler_path: str | None = None
     graft: GraftConfig = field(default_factory=GraftConfig)
     calibrate: bool = False           # score nodes by measured acceptance rates (treegraft.calibrate)
@@ -59,6 +60,8 @@ class GenConfig:
             raise ConfigError(f"width must be in [1, 64], got {self.width}")
         if not (self.temperature >= 0 and self.temperature <= 100):
             raise ConfigError(f"temperature must be in [0, 100], got {self.temperature}")
+        if not 1 <= self.unsure <= 64:
+            raise ConfigError(f"unsure must be in [1, 64] tokens, got {self.unsure}")
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
         try:
@@ -105,7 +108,7 @@ class Engine:
         except ValueError as e:
             raise ConfigError(str(e)) from None
         scheduler = cfg.scheduler_path or scheduler_for(trio.trio, trio.pair)
-        self.policy = policy or (make_policy(cfg.policy, cfg.every_k, scheduler) if cfg.method == "treegraft" else None)
+        self.policy = policy or (make_policy(cfg.policy, cfg.every_k, scheduler, cfg.unsure) if cfg.method == "treegraft" else None)
         self.generator = torch.Generator().manual_seed(cfg.seed)
         self.curve = LiveCurve(target_curve(trio)) if cfg.auto_budget and cfg.method != "ar" else None
         # The scheduler weighs seconds on this device: it reads the same measured curve, fixed budget or not.

@@ -491,19 +491,38 @@ def cmd_compare(a) -> int:
     return 0
 
 
+def arm_of(method: str) -> tuple[str, dict] | None:
+    """A validation run's method as an arm: schedule.ARMS' labels, and when-unsure at another
+    threshold (`treegraft:when-unsure[unsure=1.5]` -> ("when-unsure", {"unsure": 1.5})); else None."""
+    if method in ARMS:
+        return ARMS[method], {}
+    name, _, knobs = method.partition("[")
+    key, _, val = knobs.rstrip("]").partition("=")
+    if name == "treegraft:when-unsure" and key == "unsure" and "," not in val:
+        return "when-unsure", {"unsure": float(val)}
+    return None
+
+
+def arm_label(arm: str, params: dict) -> str:
+    return arm + "".join(f"[{k}={v:g}]" for k, v in params.items())
+
+
 def choose_arm(df) -> dict:
     """The arm with the most tokens/s (pooled: sum tokens / sum wall seconds) among the methods of a
-    validation run that are arms (schedule.ARMS); treegraft:learned there must be the gain rule."""
-    rates = {}
-    for method, arm in ARMS.items():
-        g = df[df["method"] == method]
-        if len(g):
-            rates[arm] = float(g["new_tokens"].sum() / g["wall_s"].sum())
+    validation run that are arms (arm_of); treegraft:learned there must be the gain rule."""
+    rates, params = {}, {}
+    for method in df["method"].unique():
+        arm = arm_of(method)
+        if arm:
+            g = df[df["method"] == method]
+            label = arm_label(*arm)
+            rates[label], params[label] = float(g["new_tokens"].sum() / g["wall_s"].sum()), arm
     if "gain" not in rates or len(rates) < 2:
         raise ValueError("the validation run needs treegraft:learned (the gain rule) and at least one other arm "
                          f"of {', '.join(ARMS)}")
     prompts = int(df[df["method"] == "treegraft:learned"]["prompt_id"].nunique())
-    return {"arm": max(rates, key=rates.get), "rates": rates, "prompts": prompts}
+    arm, knobs = params[max(rates, key=rates.get)]
+    return {"arm": arm, **knobs, "rates": rates, "prompts": prompts}
 
 
 def cmd_choose(a) -> int:
@@ -537,13 +556,14 @@ def arm_report(chosen: dict, df) -> str:
              f"On {chosen['prompts']} validation prompts (`{chosen['source']}`, disjoint from the training and the "
              f"benchmark prompts: from offset 70 in each set, 32 new tokens, `--budget auto --depth 10`, the arms "
              f"interleaved, each row its median round), tokens/s pooled per arm; `learned` plays the fastest: "
-             f"**{chosen['arm']}**. Reproduce: `PER_SUITE={per_suite} REPEATS={chosen.get('repeats', 1)} "
+             f"**{arm_label(chosen['arm'], {k: chosen[k] for k in ('unsure',) if k in chosen})}**. Reproduce: `PER_SUITE={per_suite} REPEATS={chosen.get('repeats', 1)} "
              f"scripts/choose_arms.sh runs/arms <trio>/<weak>+<strong>`.", "",
              "| arm | method | tokens/s | strong calls / step |", "|---|---|---|---|"]
-    for method, arm in ARMS.items():
-        g = df[df["method"] == method]
-        if len(g):
-            lines.append(f"| {arm} | {method} | {chosen['rates'][arm]:.2f} | "
+    for method in df["method"].unique():
+        arm = arm_of(method)
+        if arm:
+            g = df[df["method"] == method]
+            lines.append(f"| {arm_label(*arm)} | {method} | {chosen['rates'][arm_label(*arm)]:.2f} | "
                          f"{g['strong_calls'].sum() / g['target_forwards'].sum():.2f} |")
     return "\n".join(lines) + "\n"
 
