@@ -337,7 +337,9 @@ def test_choose_reads_when_unsure_at_another_threshold_as_that_arm(rows, tmp_pat
     saved = json.loads((tmp_path / "s" / "scheduler.json").read_text())["arm"]
     assert saved["arm"] == "when-unsure" and saved["unsure"] == 2.5
     assert set(saved["rates"]) == {"when-unsure", "when-unsure[unsure=2.5]", "gain"}
-    assert "**when-unsure[unsure=2.5]**" in (tmp_path / "s" / "REPORT.md").read_text()
+    report = (tmp_path / "s" / "REPORT.md").read_text()
+    assert "**when-unsure[unsure=2.5]**" in report
+    assert 'EXTRA_ARMS="treegraft:when-unsure[unsure=2.5]" PER_SUITE=1' in report
     policy = load_learned(tmp_path / "s" / "scheduler.json")
     assert policy.arm == "when-unsure" and policy.unsure == 2.5
 

@@ -552,11 +552,13 @@ ARM_HEADING = "## Arm (chosen on validation prompts)"
 
 def arm_report(chosen: dict, df) -> str:
     per_suite = max(1, chosen["prompts"] // max(1, df["suite"].nunique()))
+    extra = ",".join(m for m in df["method"].unique() if arm_of(m) and m not in ARMS)
+    extra = f'EXTRA_ARMS="{extra}" ' if extra else ""
     lines = [ARM_HEADING, "",
              f"On {chosen['prompts']} validation prompts (`{chosen['source']}`, disjoint from the training and the "
              f"benchmark prompts: from offset 70 in each set, 32 new tokens, `--budget auto --depth 10`, the arms "
              f"interleaved, each row its median round), tokens/s pooled per arm; `learned` plays the fastest: "
-             f"**{arm_label(chosen['arm'], {k: chosen[k] for k in ('unsure',) if k in chosen})}**. Reproduce: `PER_SUITE={per_suite} REPEATS={chosen.get('repeats', 1)} "
+             f"**{arm_label(chosen['arm'], {k: chosen[k] for k in ('unsure',) if k in chosen})}**. Reproduce: `{extra}PER_SUITE={per_suite} REPEATS={chosen.get('repeats', 1)} "
              f"scripts/choose_arms.sh runs/arms <trio>/<weak>+<strong>`.", "",
              "| arm | method | tokens/s | strong calls / step |", "|---|---|---|---|"]
     for method in df["method"].unique():
