@@ -178,7 +178,8 @@ class WhenUnsure(Policy):
     probabilities of the N0 nodes it would send, the bonus token included); below = 2: where the weak
     tree expects less than one accepted draft token. It widens when-empty (an empty weak tree expects
     exactly 1): on the qwen-coder ngram+0.5B training oracle steps with a non-empty weak tree, a call
-    paid on 65% of those that expected under 2 tokens and on 11% of the others."""
+    paid on 65% of those that expected under 2 tokens and on 11% of the others. (Those rows came from
+    the oracle before its strong branch was fixed; on the clock it did not beat when-empty there.)"""
     name = "when-unsure"
 
     def __init__(self, below: float = 2.0):
