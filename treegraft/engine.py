@@ -132,8 +132,8 @@ class Engine:
         self.seq, self.prompt_len, self.records = list(prompt_ids), len(prompt_ids), []
         self.history = History()
         self.calibration.reset()
-        for live in {id(c): c for c in (self.curve, self.cost_curve) if c is not None}.values():
-            live.reset()
+        if self.cost_curve is not None:  # the budget's curve too, where there is one: the same object
+            self.cost_curve.reset()
         self.generator.manual_seed(self.cfg.seed)
 
     @property
@@ -185,9 +185,7 @@ class Engine:
             rec.budget = self.budget(tree, depth, clock)
             selected = select(tree, rec.budget, depth)
             self.snap(rec, "selected", tree)
-        pending = len(seq) - self.target.n
-        logits = self.target.catch_up(seq, selected, tree)
-        self.observe(pending, selected, clock.lap("verify"))
+        logits, _ = self.verify(tree, selected, clock)
         path, bonus = self.accept(tree, selected, logits)
         return self.finish(rec, decision, tree, selected, path, bonus, clock, fw0)
 
@@ -197,12 +195,15 @@ class Engine:
             return self.cfg.budget
         return choose_budget(tree, self.curve, clock.elapsed(), self.cfg.budget, depth)[0]
 
-    def observe(self, pending: int, selected: list[int], seconds: float) -> None:
-        """Scale the cost curve by what this verification cost (not the prompt's prefill: step 0, or
-        a catch-up of more than the root)."""
-        live = self.curve if self.curve is not None else self.cost_curve
-        if live is not None and self.records and pending == 1:
-            live.observe(1 + len(selected), seconds)
+    def verify(self, tree: DraftTree, selected: list[int], clock: Clock) -> tuple[torch.Tensor, float]:
+        """One target forward over the root and the selected nodes: (logits, its seconds). The seconds
+        rescale the cost curve, except a prompt's prefill (step 0, or a catch-up of more than the root)."""
+        pending = len(self.seq) - self.target.n
+        logits = self.target.catch_up(self.seq, selected, tree)
+        seconds = clock.lap("verify")
+        if self.cost_curve is not None and self.records and pending == 1:
+            self.cost_curve.observe(1 + len(selected), seconds)
+        return logits, seconds
 
     def more(self, depth: int, clock: Clock, first_level_s: float | None = None):
         """With --budget auto, a drafter level is run only if it pays (treegraft.budget); each level
@@ -360,10 +361,7 @@ class Engine:
         selected = select(tree, self.budget(tree, depth, clock), depth)
         if rec is not None:
             self.snap(rec, "selected", tree)
-        pending = len(self.seq) - self.target.n
-        logits = self.target.catch_up(self.seq, selected, tree)
-        verify_s = clock.lap("verify")
-        self.observe(pending, selected, verify_s)
+        logits, verify_s = self.verify(tree, selected, clock)
         path, bonus = self.accept(tree, selected, logits)
         return Branch(tree, selected, path, bonus, verify_s, self.generator.get_state())
 

@@ -34,7 +34,7 @@ from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression, LogisticRegressionCV
 from sklearn.model_selection import GridSearchCV, GroupKFold, StratifiedKFold, cross_val_predict
 
-from .bench.methods import parse_methods
+from .bench.methods import parse_method, parse_methods
 from .bench.prompts import SUITES, load_suite
 from .bench.run import load_results, run_bench
 from .bench.store import CONFIG
@@ -496,10 +496,9 @@ def arm_of(method: str) -> tuple[str, dict] | None:
     threshold (`treegraft:when-unsure[unsure=1.5]` -> ("when-unsure", {"unsure": 1.5})); else None."""
     if method in ARMS:
         return ARMS[method], {}
-    name, _, knobs = method.partition("[")
-    key, _, val = knobs.rstrip("]").partition("=")
-    if name == "treegraft:when-unsure" and key == "unsure" and "," not in val:
-        return "when-unsure", {"unsure": float(val)}
+    m = parse_method(method, "learned")
+    if m.policy == "when-unsure" and set(m.tree) == {"unsure"} and not m.graft:
+        return "when-unsure", {"unsure": m.tree["unsure"]}
     return None
 
 
@@ -552,21 +551,20 @@ ARM_HEADING = "## Arm (chosen on validation prompts)"
 
 def arm_report(chosen: dict, df) -> str:
     per_suite = max(1, chosen["prompts"] // max(1, df["suite"].nunique()))
-    extra = ",".join(m for m in df["method"].unique() if arm_of(m) and m not in ARMS)
+    arms = {m: arm_of(m) for m in df["method"].unique() if arm_of(m)}
+    extra = ",".join(m for m in arms if m not in ARMS)
     extra = f'EXTRA_ARMS="{extra}" ' if extra else ""
     lines = [ARM_HEADING, "",
              f"On {chosen['prompts']} validation prompts (`{chosen['source']}`, disjoint from the training and the "
              f"benchmark prompts: from offset 70 in each set, 32 new tokens, `--budget auto --depth 10`, the arms "
              f"interleaved, each row its median round), tokens/s pooled per arm; `learned` plays the fastest: "
-             f"**{arm_label(chosen['arm'], {k: chosen[k] for k in ('unsure',) if k in chosen})}**. Reproduce: `{extra}PER_SUITE={per_suite} REPEATS={chosen.get('repeats', 1)} "
+             f"**{max(chosen['rates'], key=chosen['rates'].get)}**. Reproduce: `{extra}PER_SUITE={per_suite} REPEATS={chosen.get('repeats', 1)} "
              f"scripts/choose_arms.sh runs/arms <trio>/<weak>+<strong>`.", "",
              "| arm | method | tokens/s | strong calls / step |", "|---|---|---|---|"]
-    for method in df["method"].unique():
-        arm = arm_of(method)
-        if arm:
-            g = df[df["method"] == method]
-            lines.append(f"| {arm_label(*arm)} | {method} | {chosen['rates'][arm_label(*arm)]:.2f} | "
-                         f"{g['strong_calls'].sum() / g['target_forwards'].sum():.2f} |")
+    for method, arm in arms.items():
+        g, label = df[df["method"] == method], arm_label(*arm)
+        lines.append(f"| {label} | {method} | {chosen['rates'][label]:.2f} | "
+                     f"{g['strong_calls'].sum() / g['target_forwards'].sum():.2f} |")
     return "\n".join(lines) + "\n"
 
 
