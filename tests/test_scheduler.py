@@ -92,6 +92,25 @@ def test_a_first_call_pays_the_strong_prefill_once(rows):
         assert throughput(rows, best, cm, pre) >= replay(rows, a0, cm, k, 1000, 1.0, 1.0, pre=pre)[0] - 1e-9
 
 
+def test_hindsight_per_prompt_lies_between_the_fixed_policies_and_per_step_hindsight(rows):
+    """Choosing each prompt's better fixed policy in hindsight calls at all of a prompt's steps or at
+    none, beats both fixed policies, and is bounded by the per-step optimum."""
+    from treegraft.scheduler_train import fit_cost_model, hindsight, hindsight_per_prompt, one_time_costs, throughput
+    cm = fit_cost_model(rows)
+    for pre in (None, one_time_costs(rows), {r["prompt_id"]: 1.0 for r in rows}):
+        calls = hindsight_per_prompt(rows, cm, pre)
+        for p in {r["prompt_id"] for r in rows}:
+            assert len({bool(c) for r, c in zip(rows, calls) if r["prompt_id"] == p}) == 1
+        tps = throughput(rows, calls, cm, pre)
+        fixed = max(throughput(rows, np.full(len(rows), c), cm, pre) for c in (False, True))
+        assert fixed - 1e-9 <= tps <= throughput(rows, hindsight(rows, cm, pre), cm, pre) + 1e-9
+    # A prompt whose calls add nothing does not call; one whose calls double its tokens for free does.
+    two = [dict(r, prompt_id="dear", a1=r["a0"]) for r in rows[:6]] + \
+          [dict(r, prompt_id="cheap", a1=2 * r["a0"], strong_forwards=0, n1=r["n0"]) for r in rows[:6]]
+    calls = hindsight_per_prompt(two, fit_cost_model(two))
+    assert not calls[:6].any() and calls[6:].all()
+
+
 def test_the_first_design_still_trains_and_loads(rows, tmp_path):
     art, report = train(rows, holdout=0.3, kind="logistic")
     save_json(tmp_path / "s.json", art)

@@ -327,6 +327,30 @@ def hindsight(rows: list[dict], cm: dict, pre: dict | None = None) -> np.ndarray
     return calls
 
 
+def hindsight_per_prompt(rows: list[dict], cm: dict, pre: dict | None = None) -> np.ndarray:
+    """The best calls in hindsight if each prompt may only call at every step or at none (Dinkelbach
+    over prompts, exact): what knowing each prompt's better fixed policy in advance would buy,
+    between the fixed policies and hindsight's per-step optimum (scripts/hindsight_gap.py)."""
+    pre = pre or {}
+    prompt = np.array([r["prompt_id"] for r in rows])
+    a0 = np.array([r["a0"] for r in rows], float)
+    a1 = np.array([r["a1"] for r in rows], float)
+    c = np.array([model_costs(r, cm) for r in rows])
+    calls = np.zeros(len(rows), bool)
+    for _ in range(100):
+        cost = np.where(calls, c[:, 1], c[:, 0]).sum() + sum(pre.get(p, 0.0) for p in set(prompt[calls].tolist()))
+        rate = np.where(calls, a1, a0).sum() / cost
+        new = np.zeros(len(rows), bool)
+        for p in set(prompt.tolist()):
+            mine = prompt == p
+            net = (a1[mine] - a0[mine]).sum() - rate * ((c[mine, 1] - c[mine, 0]).sum() + pre.get(p, 0.0))
+            new[mine] = net > 0
+        if (new == calls).all():
+            break
+        calls = new
+    return calls
+
+
 def train_gain(rows: list[dict], holdout: float = 0.3, seed: int = 0, max_new: int = 32) -> tuple[dict, str]:
     missing = [f for f in POOL_FEATURES + ("c0_s", "t1_s") if f not in rows[0]["features"]]
     if missing:
