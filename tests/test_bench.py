@@ -91,7 +91,8 @@ def test_repeats_keep_the_median_round_and_refuse_a_mixed_resume(trio, tmp_path)
     methods = ["ar", "tree-weak", "treegraft:always"]
     run_bench(trio, PROMPTS[:2], methods, CFG, tmp_path, warmup=False, repeats=3)
     rows = read_rows(tmp_path)
-    assert [(r["prompt_id"], r["method"]) for r in rows] == [(p.id, m) for p in PROMPTS[:2] for m in methods]
+    assert sorted((r["prompt_id"], r["method"]) for r in rows) == sorted((p.id, m) for p in PROMPTS[:2] for m in methods)
+    assert [r["method"] for r in rows[::len(methods)]] == ["ar", "ar"]  # each prompt's speedups need ar first
     outs = [json.loads(line) for line in (tmp_path / "outputs.jsonl").read_text().splitlines()]
     for r, o in zip(rows, outs):
         assert len(o["walls_s"]) == 3
@@ -103,6 +104,31 @@ def test_repeats_keep_the_median_round_and_refuse_a_mixed_resume(trio, tmp_path)
         run_bench(trio, PROMPTS[:2], methods, CFG, tmp_path, warmup=False, repeats=1)
     with pytest.raises(ConfigError, match="repeats"):
         run_bench(trio, PROMPTS[:2], methods, CFG, tmp_path / "x", warmup=False, repeats=0)
+
+
+def test_rounds_rotate_every_method_but_ar_through_every_place(trio, tmp_path, monkeypatch):
+    """Interleaved rounds: ar opens each round, and the others take turns, so over as many rounds as
+    there are of them each method runs once right after each other one and in every place."""
+    from treegraft.bench import run as bench_run
+    calls = []
+    real = bench_run.make_runner
+
+    def spy(trio_, cfg, m):
+        runner = real(trio_, cfg, m)
+        inner = runner.run
+
+        def run(ids):
+            calls.append(m.label)
+            return inner(ids)
+        runner.run = run
+        return runner
+    monkeypatch.setattr(bench_run, "make_runner", spy)
+    methods = ["ar", "tree-weak", "tree-strong", "treegraft:always"]
+    run_bench(trio, PROMPTS[:1], methods, CFG, tmp_path, warmup=False, repeats=3)
+    rounds = [calls[k:k + 4] for k in range(0, 12, 4)]
+    assert [r[0] for r in rounds] == ["ar"] * 3
+    assert [r[1:] for r in rounds] == [methods[1:], methods[2:] + methods[1:2], methods[3:] + methods[1:3]]
+    assert all(r["speedup_vs_ar"] != "" for r in read_rows(tmp_path))
 
 
 def keys_of(text):

@@ -59,7 +59,7 @@ def run_bench(trio: Trio, prompts: list[Prompt], methods: list[str] | str, cfg: 
         for p in prompts:
             runs = {m.label: [] for m in todo[p.id]}
             for round_ in range(repeats):
-                for m in todo[p.id]:
+                for m in rotated(todo[p.id], round_):
                     runs[m.label].append(runners[m.label].run(ids[p.id]))
                     if round_ < repeats - 1:
                         continue
@@ -78,6 +78,16 @@ def run_bench(trio: Trio, prompts: list[Prompt], methods: list[str] | str, cfg: 
                     if progress is not None:
                         progress(finished, total, row)
     return finish(out)
+
+
+def rotated(plan: list, round_: int) -> list:
+    """A round's order: `ar` first (every row's speedup needs its time), the others shifted by one
+    place a round, so no method always runs right after the same one (a cache, a clock state): an
+    order effect becomes spread that the median round absorbs, not a bias between two methods."""
+    first = [m for m in plan if m.label == "ar"]
+    rest = [m for m in plan if m.label != "ar"]
+    k = round_ % len(rest) if rest else 0
+    return first + rest[k:] + rest[:k]
 
 
 def median_run(runs: list[dict]) -> dict:
