@@ -107,8 +107,8 @@ def test_repeats_keep_the_median_round_and_refuse_a_mixed_resume(trio, tmp_path)
 
 
 def test_rounds_rotate_every_method_but_ar_through_every_place(trio, tmp_path, monkeypatch):
-    """Interleaved rounds: ar opens each round, and the others take turns, so over as many rounds as
-    there are of them each method runs once right after each other one and in every place."""
+    """Interleaved rounds: ar opens each round, and the others shift by one place a round, so over
+    as many rounds as there are of them each method holds every place once."""
     from treegraft.bench import run as bench_run
     calls = []
     real = bench_run.make_runner

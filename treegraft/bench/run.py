@@ -82,8 +82,9 @@ def run_bench(trio: Trio, prompts: list[Prompt], methods: list[str] | str, cfg: 
 
 def rotated(plan: list, round_: int) -> list:
     """A round's order: `ar` first (every row's speedup needs its time), the others shifted by one
-    place a round, so no method always runs right after the same one (a cache, a clock state): an
-    order effect becomes spread that the median round absorbs, not a bias between two methods."""
+    place a round, so each takes every place in turn, right after `ar` included: an effect of the
+    place (a cache, a clock state) becomes spread that the median round absorbs, not a bias between
+    two methods."""
     first = [m for m in plan if m.label == "ar"]
     rest = [m for m in plan if m.label != "ar"]
     k = round_ % len(rest) if rest else 0
