@@ -11,7 +11,7 @@ from tiny import ids, tiny_trio
 from treegraft.engine import ConfigError, Engine, GenConfig
 from treegraft.schedule import (COSTS, DEFAULT_SCHEDULER, FEATURES, POOL_FEATURES, GainPolicy, History, Trees,
                                 load_learned, scheduler_for)
-from treegraft.scheduler_train import EXPLORE, KAPPAS, train
+from treegraft.scheduler_train import EXPLORE, KAPPAS, arm_label, train
 from treegraft.models import save_json
 
 
@@ -188,8 +188,9 @@ def test_shipped_scheduler_reproduces_recorded_predictions(trio, pair):
     art = json.loads(path.read_text())
     policy = load_learned(path)
     if "arm" in art:  # the arm chosen on validation prompts is the fastest there, and the one played
-        rates = art["arm"]["rates"]
-        assert policy.arm == art["arm"]["arm"] == max(rates, key=rates.get) and policy.solo == (policy.arm == "solo")
+        rates, knobs = art["arm"]["rates"], {k: art["arm"][k] for k in ("unsure",) if k in art["arm"]}
+        assert policy.arm == art["arm"]["arm"] and arm_label(policy.arm, knobs) == max(rates, key=rates.get)
+        assert policy.solo == (policy.arm == "solo") and policy.unsure == art["arm"].get("unsure", 2.0)
         policy = policy.gain
     assert len(art["test_vectors"]) >= 4
     for tv in art["test_vectors"]:
