@@ -40,6 +40,43 @@ def test_oracle_rows_are_consistent(rows):
         assert r["strong_forwards"] >= 1 and r["extra_s"] >= 0
 
 
+def test_the_oracle_net_keeps_what_every_policy_pays():
+    """The oracle's extra seconds are only its own: the unkept branch, the rewinds, the redone
+    forward. What remains of a step is the kept branch (c0 or c1) plus what every policy pays: the
+    schedule, the commit and, for a feature drafter, the target's prompt prefill."""
+    trio = tiny_trio("random", "perturbed")
+    engine = Engine(trio, GenConfig(method="treegraft", policy="oracle", max_new_tokens=24, budget=12, depth=4,
+                                    topk=3, record_stages=False))
+    kept = set()
+    for rec in engine.generate([5, 17, 33, 2, 9]):
+        o = rec.decision["oracle"]
+        shared = sum(rec.times.get(k, 0.0) for k in ("schedule", "overhead", "prefill"))
+        assert rec.wall_s - o["extra_s"] == pytest.approx((o["c1"] if o["call"] else o["c0"]) + shared, abs=1e-9)
+        assert rec.times["overhead"] > 0 and o["extra_s"] > 0
+        kept.add(o["call"])
+    assert kept == {True, False}  # both kinds of step were checked
+
+
+def test_the_oracle_owes_the_strong_prefill_it_skipped_at_step_0():
+    """A policy that first calls at step k pays the strong drafter's prompt prefill there; the oracle
+    paid it in step 0's unkept branch, so its extra seconds give it back, once, and only then."""
+    from treegraft.record import StepRecord, first_call_excess, oracle_extra_s
+
+    def gen(calls, first_cost=1.0):
+        recs = []
+        for k, call in enumerate(calls):
+            o = {"c0": 0.5, "c1": 0.5 + (first_cost if k == 0 else 0.1), "call": call, "extra_s": 2.0}
+            recs.append(StepRecord(k, "treegraft", 0, k, decision={"oracle": o}))
+        return recs
+
+    assert first_call_excess([(0, 1.0), (1, 0.1), (2, 0.3), (3, 0.2)]) == pytest.approx(0.8)
+    assert first_call_excess([(1, 0.1)]) == 0.0
+    assert oracle_extra_s(gen([False, False, True, False])) == pytest.approx(8.0 - 0.9)
+    assert oracle_extra_s(gen([False, False, False])) == pytest.approx(6.0)  # never called: owes nothing
+    assert oracle_extra_s(gen([True, False, True])) == pytest.approx(6.0)    # kept step 0: paid there
+    assert oracle_extra_s(gen([False, True], first_cost=9.0)) == pytest.approx(2.0)  # at most step 0's extra
+
+
 def test_train_writes_an_artifact_that_reproduces_its_predictions(rows, tmp_path):
     art, report = train(rows, holdout=0.3)
     save_json(tmp_path / "s.json", art)

@@ -66,6 +66,33 @@ def summarize(records: list[StepRecord], wall_s: float | None = None) -> dict:
             "mean_tree_size": (sum(len(r.selected) for r in records) / forwards) if forwards else 0.0}
 
 
+def first_call_excess(steps: list[tuple[int, float]]) -> float:
+    """The strong drafter's prompt prefill, from one generation's oracle steps [(step, c1 - c0)]: what
+    step 0's strong branch cost beyond the median of the later ones (the oracle runs both branches at
+    every step, so only step 0 holds the prefill). 0 without both."""
+    first = [x for s, x in steps if s == 0]
+    later = sorted(x for s, x in steps if s > 0)
+    if not first or not later:
+        return 0.0
+    mid = len(later) // 2
+    median = later[mid] if len(later) % 2 else (later[mid - 1] + later[mid]) / 2
+    return max(0.0, first[0] - median)
+
+
+def oracle_extra_s(records: list[StepRecord]) -> float:
+    """Seconds one oracle generation spent beyond what a policy making the same calls would pay: each
+    step's branch it did not keep (decision['oracle']['extra_s']), less the strong drafter's prompt
+    prefill where the oracle skipped the strong branch at step 0 and kept one later. Such a policy pays
+    that prefill at its first call; the oracle paid it in step 0's unkept branch."""
+    steps = [(r.step, r.decision["oracle"]) for r in records if r.decision and r.decision.get("oracle")]
+    extra = sum(o.get("extra_s", 0.0) for _, o in steps)
+    first = next((o for s, o in steps if s == 0), None)
+    if first is not None and not first["call"] and any(o["call"] for s, o in steps if s > 0):
+        owed = first_call_excess([(s, o["c1"] - o["c0"]) for s, o in steps])
+        extra -= min(owed, first.get("extra_s", 0.0))
+    return max(0.0, extra)
+
+
 KINDS = ("weak", "rescored", "graft", "recovered", "strong")
 
 

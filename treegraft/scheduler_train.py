@@ -40,6 +40,7 @@ from .bench.run import load_results, run_bench
 from .bench.store import CONFIG
 from .engine import Engine
 from .models import save_json
+from .record import first_call_excess
 from .options import add_model_args, add_tree_args, encode_prompt, gen_config, trio_from_args
 from .schedule import (ARMS, DEFAULT_SCHEDULER, FEATURES, POOL_FEATURES, GainPolicy, LearnedPolicy, gain_score,
                        prefill_share)
@@ -131,19 +132,12 @@ def throughput(rows: list[dict], calls: np.ndarray, cm: dict, pre: dict | None =
 
 
 def one_time_costs(rows: list[dict]) -> dict[str, float]:
-    """Per prompt, the strong drafter's prompt prefill: what the oracle measured its first step's call
-    to cost beyond the median call of the same prompt. The oracle runs both branches every step, so
-    only step 0 holds it; a replayed generation pays it at its first call, wherever that comes."""
+    """Per prompt, the strong drafter's prompt prefill (record.first_call_excess): a replayed
+    generation pays it at its first call, wherever that comes."""
     by: dict[str, list[tuple[int, float]]] = {}
     for r in rows:
         by.setdefault(r["prompt_id"], []).append((r.get("step", 0), r["c1"] - r["c0"]))
-    out = {}
-    for p, xs in by.items():
-        first = [x for s, x in xs if s == 0]
-        later = [x for s, x in xs if s > 0]
-        if first and later:
-            out[p] = max(0.0, first[0] - float(np.median(later)))
-    return out
+    return {p: first_call_excess(xs) for p, xs in by.items() if any(s == 0 for s, _ in xs) and any(s > 0 for s, _ in xs)}
 
 
 def tokens_left(r: dict, max_new: int) -> float:

@@ -24,7 +24,7 @@ from ..engine import ConfigError, Engine, GenConfig
 from ..graft import GraftConfig
 from ..options import AUTO_CAP
 from ..models import Trio, sync
-from ..record import provenance_by_depth, summarize
+from ..record import oracle_extra_s, provenance_by_depth, summarize
 from ..schedule import POLICIES
 
 ENGINE_METHODS = ("ar", "tree-weak", "tree-strong")
@@ -168,7 +168,7 @@ def engine_stats(records, wall: float, new: list[int]) -> dict:
     phases = Counter()
     for r in records:
         phases.update(r.times)
-    extra = sum(((r.decision or {}).get("oracle") or {}).get("extra_s", 0.0) for r in records)
+    extra = oracle_extra_s(records)
     s = summarize(records, wall)
     return {"token_ids": new, "wall_s": wall, "target_forwards": s["target_forwards"],
             "target_calls": sum(r.forwards.get("target", 0) for r in records),
