@@ -3,7 +3,8 @@ each method's tau pooled over the pair's prompts (tokens / target forwards), ove
 (tree-weak or tree-strong, whichever has the higher pooled tau on that pair), and tokens/s over `ar`;
 where a run has them, the speed checks of issue 12 per pair (`learned` against the endpoints, never,
 always and the oracle net of its second branch; `--budget auto` against the fixed budgets; the strong
-drafter's seconds per step).
+drafter's seconds per step); and, where a run has several rounds per prompt, the same speeds with
+each round's wall time over the same round's `ar` (a drift of the machine's speed between rounds cancels).
 
   .venv/bin/python scripts/ablation_table.py runs/ablate16 > docs/bench/ablate16/table.md
 """
@@ -11,6 +12,8 @@ drafter's seconds per step).
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -63,6 +66,43 @@ def speed_rows(runs: list[Path]) -> str:
             "strong s/step: the strong drafter's seconds per target forward)\n\n" + "\n".join(lines) + "\n\n")
 
 
+def round_speeds(run: Path) -> dict[str, float] | None:
+    """Tokens/s over `ar` per method, pooled over prompts, where each prompt's wall is ar's median
+    wall times the median over rounds of (this method's wall / ar's wall in the same round).
+    None where the run kept one round per prompt."""
+    walls, tokens = {}, {}
+    for line in (run / "outputs.jsonl").read_text().splitlines():
+        o = json.loads(line)
+        walls.setdefault(o["prompt_id"], {})[o["method"]] = o.get("walls_s") or []
+        tokens[o["method"]] = tokens.get(o["method"], 0) + len(o["token_ids"])
+    if not walls or any(len(ms.get("ar", [])) < 2 for ms in walls.values()):
+        return None
+    wall = {}
+    for ms in walls.values():
+        ar = ms["ar"]
+        for m, w in ms.items():
+            rel = statistics.median(x / a for x, a in zip(w, ar))
+            wall[m] = wall.get(m, 0.0) + rel * statistics.median(ar)
+    return {m: tokens[m] / wall[m] / (tokens["ar"] / wall["ar"]) for m in wall}
+
+
+def round_rows(runs: list[Path]) -> str:
+    lines = []
+    for run in runs:
+        x = round_speeds(run) if (run / "outputs.jsonl").exists() else None
+        if not x or not set(SPEED) <= set(x):
+            continue
+        best4 = max(x[m] for m in SPEED[:4])
+        lines.append(f"| {run.name} | " + " | ".join(f"{x[m]:.2f}" for m in SPEED)
+                     + f" | {x['treegraft:learned'] / best4:.2f} |")
+    if not lines:
+        return ""
+    head = "| pair | " + " | ".join(m.replace("treegraft:", "") for m in SPEED) + " | learned / best of the four |"
+    return ("## The same speeds, each round against its own `ar` (tokens/s over `ar`; per prompt, the median "
+            "over rounds of a method's wall over the same round's `ar` wall)\n\n" + head + "\n"
+            + "|---" * (head.count("|") - 1) + "|\n" + "\n".join(lines) + "\n\n")
+
+
 def table(runs: list[Path]) -> str:
     blocks, ratios = [], {}
     for run in runs:
@@ -88,7 +128,7 @@ def table(runs: list[Path]) -> str:
         cells = [f"{per[n]:.3f}" if n in per else "" for n in names]
         mean = sum(per.values()) / len(per)
         head.append(f"| {m} | " + " | ".join(cells) + f" | {mean:.3f}" + ("" if len(per) == len(names) else " (partial)") + " |")
-    return "\n".join(head) + "\n\n" + speed_rows(runs) + "\n".join(blocks)
+    return "\n".join(head) + "\n\n" + speed_rows(runs) + round_rows(runs) + "\n".join(blocks)
 
 
 def main(argv=None) -> int:

@@ -295,3 +295,22 @@ def test_provenance_markdown_pools_prompts_per_method():
     assert table[4] == "| weak | 3/8 (38%) | 0/1 (0%) | 3/9 (33%) |"  # pooled over both prompts
     assert table[5] == "| recovered | 1/2 (50%) |  | 1/2 (50%) |"    # weak first: the KINDS order
     assert "## ar" not in md
+
+
+
+def test_round_speeds_cancel_a_drift_between_rounds(tmp_path):
+    """scripts/ablation_table.py: a method that takes half of ar's time in every round runs 2x ar,
+    however much the machine's speed drifts from round to round; one round per prompt gives None."""
+    spec = importlib.util.spec_from_file_location("ablation_table", "scripts/ablation_table.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = []
+    for p, ar in (("p0", [1.0, 3.0, 1.5]), ("p1", [2.0, 2.2, 6.0])):
+        rows.append({"prompt_id": p, "method": "ar", "token_ids": [1] * 8, "walls_s": ar})
+        rows.append({"prompt_id": p, "method": "m", "token_ids": [1] * 8, "walls_s": [w / 2 for w in ar]})
+        rows.append({"prompt_id": p, "method": "slow", "token_ids": [1] * 8, "walls_s": [w * 4 for w in ar]})
+    (tmp_path / "outputs.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    x = mod.round_speeds(tmp_path)
+    assert x["ar"] == pytest.approx(1.0) and x["m"] == pytest.approx(2.0) and x["slow"] == pytest.approx(0.25)
+    (tmp_path / "outputs.jsonl").write_text("\n".join(json.dumps(r | {"walls_s": r["walls_s"][:1]}) for r in rows))
+    assert mod.round_speeds(tmp_path) is None
