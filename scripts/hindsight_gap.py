@@ -29,8 +29,7 @@ from sklearn.ensemble import GradientBoostingClassifier
 from sklearn.model_selection import GroupKFold
 
 from treegraft.schedule import FEATURES, WhenEmpty, WhenUnsure
-from treegraft.scheduler_train import (fit_cost_model, hindsight, hindsight_per_prompt, model_costs, one_time_costs,
-                                       throughput)
+from treegraft.scheduler_train import Branches, fit_cost_model, hindsight, hindsight_per_prompt, one_time_costs
 
 
 def plays(policy, rows: list[dict]) -> np.ndarray:
@@ -38,13 +37,11 @@ def plays(policy, rows: list[dict]) -> np.ndarray:
 
 
 def out_of_fold(rows: list[dict], cm: dict, pre: dict, labels: np.ndarray) -> np.ndarray:
-    prompt = np.array([r["prompt_id"] for r in rows])
+    b = Branches(rows, cm)
+    prompt = b.prompt
     X = np.array([[r["features"][f] for f in FEATURES] for r in rows], float)
-    a0 = np.array([r["a0"] for r in rows], float)
-    a1 = np.array([r["a1"] for r in rows], float)
-    c = np.array([model_costs(r, cm) for r in rows])
-    rate = throughput(rows, labels, cm, pre)
-    weight = np.abs((a1 - a0) - rate * (c[:, 1] - c[:, 0])) + 1e-6
+    rate = b.rate(labels, pre)
+    weight = np.abs((b.a1 - b.a0) - rate * (b.c[:, 1] - b.c[:, 0])) + 1e-6
     calls = np.zeros(len(rows), bool)
     for fit, test in GroupKFold(min(5, len(set(prompt.tolist())))).split(X, labels, prompt):
         if len(set(labels[fit].tolist())) < 2:
@@ -58,14 +55,12 @@ def out_of_fold(rows: list[dict], cm: dict, pre: dict, labels: np.ndarray) -> np
 def analyse(path: Path) -> dict:
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     cm, pre = fit_cost_model(rows), one_time_costs(rows)
-    step = hindsight(rows, cm, pre)
-    tps = {"never": throughput(rows, np.zeros(len(rows), bool), cm, pre),
-           "always": throughput(rows, np.ones(len(rows), bool), cm, pre),
-           "when-empty": throughput(rows, plays(WhenEmpty(), rows), cm, pre),
-           "when-unsure": throughput(rows, plays(WhenUnsure(2.0), rows), cm, pre),
-           "per prompt": throughput(rows, hindsight_per_prompt(rows, cm, pre), cm, pre),
-           "features (out of fold)": throughput(rows, out_of_fold(rows, cm, pre, step), cm, pre),
-           "per step": throughput(rows, step, cm, pre)}
+    b, step = Branches(rows, cm), hindsight(rows, cm, pre)
+    tps = {"never": b.rate(np.zeros(len(rows), bool), pre), "always": b.rate(np.ones(len(rows), bool), pre),
+           "when-empty": b.rate(plays(WhenEmpty(), rows), pre), "when-unsure": b.rate(plays(WhenUnsure(2.0), rows), pre),
+           "per prompt": b.rate(hindsight_per_prompt(rows, cm, pre), pre),
+           "features (out of fold)": b.rate(out_of_fold(rows, cm, pre, step), pre),
+           "per step": b.rate(step, pre)}
     d = np.array([r["a1"] - r["a0"] for r in rows])
     return {"steps": len(rows), "prompts": len({r["prompt_id"] for r in rows}), "tps": tps,
             "adds": float((d > 0).mean()), "same": float((d == 0).mean()), "loses": float((d < 0).mean()),

@@ -118,17 +118,30 @@ def fit_logistic(X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray, groups
     return np.ravel(cv.coef_) * a, float(np.ravel(cv.intercept_)[0]) * a + b0
 
 
+class Branches:
+    """Recorded oracle steps as arrays: each step's tokens (a0, a1) and modelled seconds (c[:, 0],
+    c[:, 1]) without and with the strong drafter, and its prompt; `rate` is the tokens/s of a set of
+    calls, the one formula every replay, hindsight and script here shares."""
+
+    def __init__(self, rows: list[dict], cm: dict):
+        self.a0 = np.array([r["a0"] for r in rows], float)
+        self.a1 = np.array([r["a1"] for r in rows], float)
+        self.c = np.array([model_costs(r, cm) for r in rows], float).reshape(len(rows), 2)
+        self.prompt = np.array([r["prompt_id"] for r in rows])
+
+    def rate(self, calls: np.ndarray, pre: dict | None = None) -> float:
+        """Tokens per second if each step took the chosen branch (counterfactual: both are known); with
+        `pre` (one_time_costs), a prompt with any call also pays the strong drafter's prefill once."""
+        calls = np.asarray(calls, bool)
+        cost = np.where(calls, self.c[:, 1], self.c[:, 0]).sum()
+        if pre:
+            cost += sum(pre.get(p, 0.0) for p in set(self.prompt[calls].tolist()))
+        return float(np.where(calls, self.a1, self.a0).sum() / cost)
+
+
 def throughput(rows: list[dict], calls: np.ndarray, cm: dict, pre: dict | None = None) -> float:
-    """Tokens per second if each step took the chosen branch (counterfactual: both are known); with
-    `pre` (one_time_costs), a prompt with any call also pays the strong drafter's prefill once."""
-    tokens = cost = 0.0
-    for r, call in zip(rows, calls):
-        c0, c1 = model_costs(r, cm)
-        tokens += r["a1"] if call else r["a0"]
-        cost += c1 if call else c0
-    if pre:
-        cost += sum(pre.get(p, 0.0) for p in {r["prompt_id"] for r, call in zip(rows, calls) if call})
-    return tokens / cost
+    """Branches.rate of `calls` on recorded steps."""
+    return Branches(rows, cm).rate(calls, pre)
 
 
 def one_time_costs(rows: list[dict]) -> dict[str, float]:
@@ -299,20 +312,14 @@ def hindsight(rows: list[dict], cm: dict, pre: dict | None = None) -> np.ndarray
     adds beat what its extra seconds buy at the best achievable rate R (a per-step comparison of rates
     is not the pooled optimum); with `pre`, a prompt calls at all only if its calls together also pay
     for its strong prefill at R (exact for each R, so the iteration still reaches the optimum)."""
-    a0 = np.array([r["a0"] for r in rows], float)
-    a1 = np.array([r["a1"] for r in rows], float)
-    c = np.array([model_costs(r, cm) for r in rows])
-    prompt = np.array([r["prompt_id"] for r in rows])
+    b = Branches(rows, cm)
     calls = np.zeros(len(rows), bool)
     for _ in range(100):
-        cost = np.where(calls, c[:, 1], c[:, 0]).sum()
-        if pre:
-            cost += sum(pre.get(p, 0.0) for p in set(prompt[calls].tolist()))
-        rate = np.where(calls, a1, a0).sum() / cost
-        net = (a1 - a0) - rate * (c[:, 1] - c[:, 0])
+        rate = b.rate(calls, pre)
+        net = (b.a1 - b.a0) - rate * (b.c[:, 1] - b.c[:, 0])
         new = net > 0
-        for p in set(prompt.tolist()) if pre else ():
-            mine = prompt == p
+        for p in set(b.prompt.tolist()) if pre else ():
+            mine = b.prompt == p
             if net[mine & new].sum() <= rate * pre.get(p, 0.0):
                 new[mine] = False
         if (new == calls).all():
@@ -325,19 +332,14 @@ def hindsight_per_prompt(rows: list[dict], cm: dict, pre: dict | None = None) ->
     """The best calls in hindsight if each prompt may only call at every step or at none (Dinkelbach
     over prompts, exact): what knowing each prompt's better fixed policy in advance would buy,
     between the fixed policies and hindsight's per-step optimum (scripts/hindsight_gap.py)."""
-    pre = pre or {}
-    prompt = np.array([r["prompt_id"] for r in rows])
-    a0 = np.array([r["a0"] for r in rows], float)
-    a1 = np.array([r["a1"] for r in rows], float)
-    c = np.array([model_costs(r, cm) for r in rows])
+    pre, b = pre or {}, Branches(rows, cm)
     calls = np.zeros(len(rows), bool)
     for _ in range(100):
-        cost = np.where(calls, c[:, 1], c[:, 0]).sum() + sum(pre.get(p, 0.0) for p in set(prompt[calls].tolist()))
-        rate = np.where(calls, a1, a0).sum() / cost
+        rate = b.rate(calls, pre)
         new = np.zeros(len(rows), bool)
-        for p in set(prompt.tolist()):
-            mine = prompt == p
-            net = (a1[mine] - a0[mine]).sum() - rate * ((c[mine, 1] - c[mine, 0]).sum() + pre.get(p, 0.0))
+        for p in set(b.prompt.tolist()):
+            mine = b.prompt == p
+            net = (b.a1[mine] - b.a0[mine]).sum() - rate * ((b.c[mine, 1] - b.c[mine, 0]).sum() + pre.get(p, 0.0))
             new[mine] = net > 0
         if (new == calls).all():
             break
