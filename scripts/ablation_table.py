@@ -2,7 +2,7 @@
 each method's tau pooled over the pair's prompts (tokens / target forwards), over the better endpoint
 (tree-weak or tree-strong, whichever has the higher pooled tau on that pair), and tokens/s over `ar`;
 where a run has them, the speed checks of issue 12 per pair (`learned` against the endpoints, never,
-always and the oracle net of its second branch; `--budget auto` against the fixed budgets; the strong
+always and the oracle net of what only it paid; `--budget auto` against the fixed budgets; the strong
 drafter's seconds per step); and, where a run has several rounds per prompt, the same speeds with
 each round's wall time over the same round's `ar` (a drift of the machine's speed between rounds cancels).
 
@@ -61,8 +61,8 @@ def speed_rows(runs: list[Path]) -> str:
                      f"| {x['treegraft:learned'] / best4:.2f} | {net:.2f} | {auto} | {assisted} | {strong} |")
     if len(lines) == 2:
         return ""
-    return ("## Speed per pair (tokens/s over `ar`, each pair's prompts pooled; the oracle net of its second "
-            "branch; `auto` is treegraft:always under --budget auto against its best fixed budget of 8/16/32/64; "
+    return ("## Speed per pair (tokens/s over `ar`, each pair's prompts pooled; the oracle net of what only it "
+            "paid, its unkept branches; `auto` is treegraft:always under --budget auto against its best fixed budget of 8/16/32/64; "
             "strong s/step: the strong drafter's seconds per target forward)\n\n" + "\n".join(lines) + "\n\n")
 
 
