@@ -297,7 +297,6 @@ def test_provenance_markdown_pools_prompts_per_method():
     assert "## ar" not in md
 
 
-
 def test_round_speeds_cancel_a_drift_between_rounds(tmp_path):
     """scripts/ablation_table.py: a method that takes half of ar's time in every round runs 2x ar,
     however much the machine's speed drifts from round to round; one round per prompt gives None."""

@@ -5,6 +5,7 @@ One type feeds the CLI's JSON, the benchmark rows, the app's tree and the tests.
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import asdict, dataclass, field
 
 
@@ -71,12 +72,10 @@ def first_call_excess(steps: list[tuple[int, float]]) -> float:
     step 0's strong branch cost beyond the median of the later ones (the oracle runs both branches at
     every step, so only step 0 holds the prefill). 0 without both."""
     first = [x for s, x in steps if s == 0]
-    later = sorted(x for s, x in steps if s > 0)
+    later = [x for s, x in steps if s > 0]
     if not first or not later:
         return 0.0
-    mid = len(later) // 2
-    median = later[mid] if len(later) % 2 else (later[mid - 1] + later[mid]) / 2
-    return max(0.0, first[0] - median)
+    return max(0.0, first[0] - statistics.median(later))
 
 
 def oracle_extra_s(records: list[StepRecord]) -> float:
