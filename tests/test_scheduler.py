@@ -129,6 +129,24 @@ def test_a_first_call_pays_the_strong_prefill_once(rows):
         assert throughput(rows, best, cm, pre) >= replay(rows, a0, cm, k, 1000, 1.0, 1.0, pre=pre)[0] - 1e-9
 
 
+def test_every_replayed_policy_pays_the_targets_prompt_prefill(rows):
+    """A generation's seconds hold the target's prompt prefill, whatever the policy: step 0's plain
+    verification beyond the modelled one, plus a feature drafter's separate prefill phase. The
+    replay and every rate charge it once per prompt, calling or not."""
+    from treegraft.scheduler_train import (Branches, fit_cost_model, replay, target_prefill, throughput,
+                                           verify_cost)
+    cm = fit_cost_model(rows)
+    rows = [dict(r, verify0_s=verify_cost(cm, r["n0"]) + 1.0, prefill_s=0.5) if r["step"] == 0 else r for r in rows]
+    prompts = {r["prompt_id"] for r in rows}
+    assert target_prefill(rows, cm) == pytest.approx({p: 1.5 for p in prompts})
+    b, never = Branches(rows, cm), np.zeros(len(rows), bool)
+    assert b.rate(never) == pytest.approx(b.a0.sum() / (b.c[:, 0].sum() + 1.5 * len(prompts)))
+    a0 = np.array([r["a0"] for r in rows], float)
+    for kappa in (1e9, -1.0):  # never and always, replayed step by step
+        tps, calls = replay(rows, a0, cm, kappa, 1000, 1.0, 1.0)
+        assert tps == pytest.approx(throughput(rows, calls, cm))
+
+
 def test_hindsight_per_prompt_lies_between_the_fixed_policies_and_per_step_hindsight(rows):
     """Choosing each prompt's better fixed policy in hindsight calls at all of a prompt's steps or at
     none, beats both fixed policies, and is bounded by the per-step optimum."""

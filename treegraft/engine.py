@@ -342,7 +342,8 @@ class Engine:
                            "strong_made": made_by_strong(strong.tree, strong.path),
                            "call": use_strong, "n0": len(plain.selected), "n1": len(strong.selected),
                            "weak_s": weak_s, "verify0_s": plain.verify_s, "verify1_s": strong.verify_s,
-                           "refine_s": refine_s, "strong_forwards": strong_fw}
+                           "refine_s": refine_s, "strong_forwards": strong_fw,
+                           "prefill_s": clock.times.get("prefill", 0.0)}
         decision.reason = (f"oracle: with strong {a1} tokens / {c1 * 1e3:.1f} ms vs without {a0} / "
                            f"{c0 * 1e3:.1f} ms -> {'call' if use_strong else 'skip'}")
         kept = strong if use_strong else plain

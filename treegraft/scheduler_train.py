@@ -118,22 +118,35 @@ def fit_logistic(X: np.ndarray, y: np.ndarray, sample_weight: np.ndarray, groups
     return np.ravel(cv.coef_) * a, float(np.ravel(cv.intercept_)[0]) * a + b0
 
 
+def target_prefill(rows: list[dict], cm: dict) -> dict[str, float]:
+    """Per prompt, the target's prompt prefill, which every policy pays once: what step 0's plain
+    verification cost beyond the modelled verification of its nodes (fit_cost_model prices later steps
+    only), plus the prefill phase a feature drafter's target runs apart (`prefill_s`; steps collected
+    before it was recorded hold 0 there). Leaving it out makes every call look dearer than the clock
+    says, since a generation's seconds are then only its steps'."""
+    return {r["prompt_id"]: max(0.0, r["verify0_s"] - verify_cost(cm, r["n0"])) + r.get("prefill_s", 0.0)
+            for r in rows if r.get("step", 0) == 0}
+
+
 class Branches:
     """Recorded oracle steps as arrays: each step's tokens (a0, a1) and modelled seconds (c[:, 0],
-    c[:, 1]) without and with the strong drafter, and its prompt; `rate` is the tokens/s of a set of
-    calls, the one formula every replay, hindsight and script here shares."""
+    c[:, 1]) without and with the strong drafter, its prompt, and the target prefill every policy
+    pays (`base`, target_prefill); `rate` is the tokens/s of a set of calls, the one formula every
+    replay, hindsight and script here shares."""
 
     def __init__(self, rows: list[dict], cm: dict):
         self.a0 = np.array([r["a0"] for r in rows], float)
         self.a1 = np.array([r["a1"] for r in rows], float)
         self.c = np.array([model_costs(r, cm) for r in rows], float).reshape(len(rows), 2)
         self.prompt = np.array([r["prompt_id"] for r in rows])
+        self.base = sum(target_prefill(rows, cm).values())
 
     def rate(self, calls: np.ndarray, pre: dict | None = None) -> float:
-        """Tokens per second if each step took the chosen branch (counterfactual: both are known); with
-        `pre` (one_time_costs), a prompt with any call also pays the strong drafter's prefill once."""
+        """Tokens per second if each step took the chosen branch (counterfactual: both are known), the
+        target's prefill included; with `pre` (one_time_costs), a prompt with any call also pays the
+        strong drafter's prefill once."""
         calls = np.asarray(calls, bool)
-        cost = np.where(calls, self.c[:, 1], self.c[:, 0]).sum()
+        cost = self.base + np.where(calls, self.c[:, 1], self.c[:, 0]).sum()
         if pre:
             cost += sum(pre.get(p, 0.0) for p in set(self.prompt[calls].tolist()))
         return float(np.where(calls, self.a1, self.a0).sum() / cost)
@@ -272,10 +285,10 @@ def replay(rows: list[dict], a0: np.ndarray, cm: dict, kappa: float, explore: in
     measured, so each step takes the one the policy picks and the policy's running state (what its
     calls added and cost, tokens/s so far) follows its own choices. Seconds from the cost model; a
     prompt's first call also pays its measured strong prefill (`pre`, one_time_costs).
-    Returns (tokens/s, calls per step)."""
+    Returns (tokens/s, calls per step); the seconds hold each prompt's target prefill (target_prefill)."""
     calls = np.zeros(len(rows), bool)
     t1 = verify_cost(cm, 0)
-    tokens = seconds = 0.0
+    tokens, seconds = 0.0, sum(target_prefill(rows, cm).values())
     by_prompt: dict[str, list[int]] = {}
     for k, r in enumerate(rows):
         by_prompt.setdefault(r["prompt_id"], []).append(k)
