@@ -197,7 +197,8 @@ def train(rows: list[dict], holdout: float = 0.3, seed: int = 0, kind: str = "ga
                         np.array([r["prompt_id"] for r in tr]))
     p_te = 1 / (1 + np.exp(-(((X_te - mean) / std) @ w + b)))
     grid = np.unique(np.concatenate([[0.0, 1.0], np.quantile(p_te, np.linspace(0, 1, 41))]))
-    scores = [(throughput(te, p_te > t, cm), -abs(t - 0.5), t) for t in grid]
+    branches = Branches(te, cm)  # one set-up for the whole threshold grid
+    scores = [(branches.rate(p_te > t), -abs(t - 0.5), t) for t in grid]
     best_tp, _, threshold = max(scores)
     calls, truth = p_te > threshold, d_te > 0
     tp = int((calls & truth).sum())
