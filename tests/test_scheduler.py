@@ -442,3 +442,43 @@ def test_choose_writes_the_fastest_arm_of_a_validation_run(rows, tmp_path):
     assert policy.solo and policy.gain.kappa == art["kappa"]
     with pytest.raises(ValueError, match="treegraft:learned"):
         choose_arm(pd.DataFrame({c: [] for c in COLUMNS}))
+
+
+def test_choose_pools_earlier_runs_of_the_same_prompts_by_relative_speed(rows, tmp_path):
+    """An earlier run on a slower machine: its fixed arms count by their speed relative to its own
+    fixed arms, never by raw tokens/s, and its `learned` (an older rule) not at all."""
+    from treegraft.bench.store import append_row
+    from treegraft.scheduler_train import main, pooled_scores
+    art, _ = train(rows, holdout=0.3)
+    (tmp_path / "s").mkdir()
+    save_json(tmp_path / "s" / "scheduler.json", art)
+
+    def run(name, walls, prompts=("a", "b")):
+        d = tmp_path / name
+        d.mkdir()
+        for p in prompts:
+            for m, w in walls.items():
+                append_row(d, {"prompt_id": p, "suite": "x", "category": "x", "method": m, "new_tokens": 10,
+                               "target_forwards": 5, "wall_s": w, "strong_calls": 2})
+        return str(d)
+
+    new = run("new", {"treegraft:never": 3.0, "treegraft:always": 2.9, "treegraft:learned": 3.5})
+    old = run("old", {"treegraft:never": 4.0, "treegraft:always": 6.0, "treegraft:learned": 1.0})
+    assert main(["choose", "--compare", new, "--scheduler", str(tmp_path / "s")]) == 0
+    assert json.loads((tmp_path / "s" / "scheduler.json").read_text())["arm"]["arm"] == "always"
+    assert main(["choose", "--compare", new, "--pool", old, "--scheduler", str(tmp_path / "s")]) == 0
+    saved = json.loads((tmp_path / "s" / "scheduler.json").read_text())["arm"]
+    assert saved["arm"] == "never" and saved["pool"] == [old]
+    assert saved["rates"]["gain"] == pytest.approx(20 / 7.0)   # this run's, not the earlier run's
+    # never: (1/3 / gm(1/3, 1/2.9) + 1/4 / gm(1/4, 1/6)) / 2; gain relative to this run only
+    gm = lambda a, b: (a * b) ** 0.5
+    assert saved["pooled"]["never"] == pytest.approx((1 / 3 / gm(1 / 3, 1 / 2.9) + 1 / 4 / gm(1 / 4, 1 / 6)) / 2)
+    assert saved["pooled"]["gain"] == pytest.approx(1 / 3.5 / gm(1 / 3, 1 / 2.9))
+    report = (tmp_path / "s" / "REPORT.md").read_text()
+    assert "**never**" in report and f"--pool {old}" in report and "relative speed, pooled" in report
+    policy = load_learned(tmp_path / "s" / "scheduler.json")
+    assert policy.arm == "never" and "over several runs" in policy.why() and "never 1.10" in policy.why()
+    other = run("other", {"treegraft:never": 3.0, "treegraft:always": 2.0}, prompts=("a", "c"))
+    assert main(["choose", "--compare", new, "--pool", other, "--scheduler", str(tmp_path / "s")]) == 2
+    with pytest.raises(ValueError, match="share no fixed arm"):
+        pooled_scores({"never": 1.0, "gain": 2.0}, [{"always": 1.0}])

@@ -342,6 +342,7 @@ class ArmChoice(Policy):
     name: str = "learned"
     source: str = ""
     unsure: float = 2.0  # the when-unsure arm's threshold (tokens the weak tree expects)
+    pooled: dict | None = None  # with earlier validation runs: each arm's speed relative to its run's fixed arms
 
     def __post_init__(self):
         if self.arm not in ARMS.values():
@@ -349,6 +350,10 @@ class ArmChoice(Policy):
         self.solo = self.arm == "solo"
 
     def why(self) -> str:
+        if self.pooled:
+            rel = ", ".join(f"{a} {r:.3f}" for a, r in sorted(self.pooled.items(), key=lambda kv: -kv[1]))
+            return (f"arm '{self.arm}': the fastest for this pair on validation prompts, over several runs "
+                    f"(speed relative to each run's fixed arms: {rel})")
         rates = ", ".join(f"{a} {r:.2f}" for a, r in sorted(self.rates.items(), key=lambda kv: -kv[1]))
         return f"arm '{self.arm}': the fastest for this pair on validation prompts (tokens/s: {rates})"
 
@@ -396,7 +401,7 @@ def load_learned(path: str | Path | None = None) -> Policy:
     policy = (GainPolicy if d.get("kind") == "gain" else LearnedPolicy).from_dict(d, source=str(p))
     if "arm" in d:
         return ArmChoice(d["arm"]["arm"], d["arm"]["rates"], policy, source=str(p),
-                         unsure=d["arm"].get("unsure", 2.0))
+                         unsure=d["arm"].get("unsure", 2.0), pooled=d["arm"].get("pooled"))
     return policy
 
 

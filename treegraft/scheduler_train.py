@@ -540,9 +540,9 @@ def arm_label(arm: str, params: dict) -> str:
     return arm + "".join(f"[{k}={v:g}]" for k, v in params.items())
 
 
-def choose_arm(df) -> dict:
-    """The arm with the most tokens/s (pooled: sum tokens / sum wall seconds) among the methods of a
-    validation run that are arms (arm_of); treegraft:learned there must be the gain rule."""
+def arm_rates(df) -> tuple[dict, dict]:
+    """Each arm's tokens/s in one validation run (pooled: sum tokens / sum wall seconds), and its
+    (arm, knobs), keyed by arm label."""
     rates, params = {}, {}
     for method in df["method"].unique():
         arm = arm_of(method)
@@ -550,12 +550,39 @@ def choose_arm(df) -> dict:
             g = df[df["method"] == method]
             label = arm_label(*arm)
             rates[label], params[label] = float(g["new_tokens"].sum() / g["wall_s"].sum()), arm
+    return rates, params
+
+
+def pooled_scores(rates: dict, earlier: list[dict]) -> dict:
+    """Each arm's tokens/s relative to its run's reference (the geometric mean of the fixed arms that
+    every run measured), averaged over the runs that measured it. The machine's speed drifts between
+    runs, so only ratios within one run compare; the gain rule counts from this run alone, since an
+    earlier run's `learned` played an earlier rule."""
+    runs = [rates] + [{k: v for k, v in r.items() if k != "gain"} for r in earlier]
+    common = sorted(set.intersection(*(set(r) - {"gain"} for r in runs)))
+    if not common:
+        raise ValueError("the pooled runs share no fixed arm to compare their speeds by")
+    rel = [{k: v / float(np.exp(np.mean(np.log([r[c] for c in common])))) for k, v in r.items()} for r in runs]
+    return {k: float(np.mean([x[k] for x in rel if k in x])) for k in rates}
+
+
+def choose_arm(df, earlier: list = ()) -> dict:
+    """The fastest arm among the methods of a validation run that are arms (arm_of); treegraft:learned
+    there must be the gain rule. With earlier runs of the same prompts (`earlier`: their frames), the
+    fixed arms are ranked by their pooled relative speed (pooled_scores): more rounds, less noise."""
+    rates, params = arm_rates(df)
     if "gain" not in rates or len(rates) < 2:
         raise ValueError("the validation run needs treegraft:learned (the gain rule) and at least one other arm "
                          f"of {', '.join(ARMS)}")
-    prompts = int(df[df["method"] == "treegraft:learned"]["prompt_id"].nunique())
-    arm, knobs = params[max(rates, key=rates.get)]
-    return {"arm": arm, **knobs, "rates": rates, "prompts": prompts}
+    prompts = set(df[df["method"] == "treegraft:learned"]["prompt_id"])
+    for e in earlier:
+        if set(e["prompt_id"]) != prompts:
+            raise ValueError("a pooled run measured other prompts than the validation run; pool only runs of the "
+                             "same prompts")
+    score = pooled_scores(rates, [arm_rates(e)[0] for e in earlier]) if len(earlier) else rates
+    arm, knobs = params[max(score, key=score.get)]
+    chosen = {"arm": arm, **knobs, "rates": rates, "prompts": len(prompts)}
+    return chosen | ({"pooled": score} if len(earlier) else {})
 
 
 def cmd_choose(a) -> int:
@@ -564,12 +591,18 @@ def cmd_choose(a) -> int:
     art = json.loads((out / "scheduler.json").read_text())
     if art.get("kind") != "gain":
         raise ValueError(f"{out / 'scheduler.json'} is not a gain scheduler; train one first")
-    df, _ = load_results(a.compare)
-    if not len(df):
-        raise ValueError(f"{a.compare} holds no finished rows")
+    frames = []
+    for run in [a.compare] + a.pool:
+        df, _ = load_results(run)
+        if not len(df):
+            raise ValueError(f"{run} holds no finished rows")
+        frames.append(df)
+    df = frames[0]
     config = Path(a.compare) / CONFIG  # the compare run's own record of its rounds
     repeats = json.loads(config.read_text()).get("repeats", 1) if config.exists() else 1
-    chosen = choose_arm(df) | {"source": str(a.compare), "repeats": repeats}
+    chosen = choose_arm(df, frames[1:]) | {"source": str(a.compare), "repeats": repeats}
+    if a.pool:
+        chosen["pool"] = [str(p) for p in a.pool]
     art["arm"] = chosen
     save_json(out / "scheduler.json", art)
     report = out / "REPORT.md"
@@ -588,17 +621,26 @@ def arm_report(chosen: dict, df) -> str:
     arms = {m: arm_of(m) for m in df["method"].unique() if arm_of(m)}
     extra = ",".join(m for m in arms if m not in ARMS)
     extra = f'EXTRA_ARMS="{extra}" ' if extra else ""
+    score = chosen.get("pooled", chosen["rates"])
+    pooled = "pool" in chosen
     lines = [ARM_HEADING, "",
              f"On {chosen['prompts']} validation prompts (`{chosen['source']}`, disjoint from the training and the "
              f"benchmark prompts: from offset 70 in each set, 32 new tokens, `--budget auto --depth 10`, the arms "
              f"interleaved, each row its median round), tokens/s pooled per arm; `learned` plays the fastest: "
-             f"**{max(chosen['rates'], key=chosen['rates'].get)}**. Reproduce: `{extra}PER_SUITE={per_suite} REPEATS={chosen.get('repeats', 1)} "
-             f"scripts/choose_arms.sh runs/arms <trio>/<weak>+<strong>`.", "",
-             "| arm | method | tokens/s | strong calls / step |", "|---|---|---|---|"]
+             f"**{max(score, key=score.get)}**. Reproduce: `{extra}PER_SUITE={per_suite} REPEATS={chosen.get('repeats', 1)} "
+             f"scripts/choose_arms.sh runs/arms <trio>/<weak>+<strong>`."]
+    if pooled:
+        runs = " ".join(f"--pool {p}" for p in chosen["pool"])
+        lines += ["", f"Ranked by speed relative to each run's fixed arms, averaged with the earlier runs of the same "
+                      f"prompts (the gain rule from this run alone): `python -m treegraft scheduler choose --compare "
+                      f"{chosen['source']} {runs} --scheduler <dir>`."]
+    lines += ["", "| arm | method | tokens/s | " + ("relative speed, pooled | " if pooled else "") + "strong calls / step |",
+              "|---|---|---|" + ("---|" if pooled else "") + "---|"]
     for method, arm in arms.items():
         g, label = df[df["method"] == method], arm_label(*arm)
         lines.append(f"| {label} | {method} | {chosen['rates'][label]:.2f} | "
-                     f"{g['strong_calls'].sum() / g['target_forwards'].sum():.2f} |")
+                     + (f"{score[label]:.3f} | " if pooled else "")
+                     + f"{g['strong_calls'].sum() / g['target_forwards'].sum():.2f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -664,6 +706,8 @@ def main(argv=None) -> int:
                                       "treegraft:never, treegraft:always, treegraft:learned) into a scheduler")
     c.add_argument("--compare", required=True, help="the validation run's directory (a bench run)")
     c.add_argument("--scheduler", required=True, help="the directory of the scheduler.json to update")
+    c.add_argument("--pool", action="append", default=[],
+                   help="an earlier validation run of the same prompts whose fixed arms count too (repeatable)")
     c.set_defaults(func=cmd_choose)
     a = ap.parse_args(argv)
     try:
