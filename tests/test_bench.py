@@ -313,3 +313,31 @@ def test_round_speeds_cancel_a_drift_between_rounds(tmp_path):
     assert x["ar"] == pytest.approx(1.0) and x["m"] == pytest.approx(2.0) and x["slow"] == pytest.approx(0.25)
     (tmp_path / "outputs.jsonl").write_text("\n".join(json.dumps(r | {"walls_s": r["walls_s"][:1]}) for r in rows))
     assert mod.round_speeds(tmp_path) is None
+
+
+def test_replicate_spread_compares_each_method_over_its_own_runs_ar(tmp_path, monkeypatch, capsys):
+    """scripts/replicate_spread.py: a machine twice as fast in the second run changes nothing (speeds
+    are over each run's own `ar`); a method 10% faster over ar there is a 10% gap, and so is one 10%
+    slower; a method named --differ stays out of the summary."""
+    monkeypatch.syspath_prepend("scripts")
+    spec = importlib.util.spec_from_file_location("replicate_spread", "scripts/replicate_spread.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+
+    def run(root, walls):
+        d = tmp_path / root / "pair"
+        d.mkdir(parents=True)
+        rows = [{"method": m, "new_tokens": 10, "target_forwards": 5, "wall_s": w} for m, w in walls.items()]
+        pd.DataFrame(rows).to_csv(d / "results.csv", index=False)
+
+    run("a", {"ar": 4.0, "x": 2.0, "y": 2.0, "z": 1.0})
+    run("b", {"ar": 2.0, "x": 1.0 / 1.1, "y": 1.1, "z": 0.1})
+    ratios = mod.spread(mod.speeds(tmp_path / "a"), mod.speeds(tmp_path / "b"))
+    assert ratios["x"]["pair"] == pytest.approx(1.1) and ratios["y"]["pair"] == pytest.approx(1 / 1.1)
+    assert "ar" not in ratios
+    assert mod.main([str(tmp_path / "a"), str(tmp_path / "b"), "--differ", "z"]) == 0
+    out = capsys.readouterr().out
+    assert "| x | 1.10 | 10.0 | 10.0 |" in out and "| y | 0.91 | 10.0 | 10.0 |" in out
+    assert "(2 pair-method cells): median disagreement 10.0%, largest 10.0%" in out  # z left out
+    (tmp_path / "c").mkdir()
+    assert mod.main([str(tmp_path / "a"), str(tmp_path / "c")]) == 2
