@@ -5,6 +5,7 @@
 #   scripts/bench_pairs.sh OUT [LIMIT]  &&  .venv/bin/python scripts/ablation_table.py OUT
 # METHODS="ar,tree-weak,..." replaces the method list (then no pair gets `assisted` added);
 # REPEATS=3 runs each prompt's methods in 3 round-robin rounds and keeps each method's median round.
+# ONLY="qwen-coder__ngram_qwen-0.5b smollm2__weak_strong" runs those pairs (their OUT names) alone.
 set -euo pipefail
 root=${1:?usage: bench_pairs.sh OUT [prompts per set]}; limit=${2:-1}
 py=${PYTHON:-.venv/bin/python}
@@ -12,6 +13,7 @@ B="treegraft:always[budget=8],treegraft:always[budget=16],treegraft:always[budge
 M="${METHODS:-ar,tree-weak,tree-strong,treegraft:never,treegraft:always,treegraft:learned,treegraft:oracle,$B}"
 run() {  # trio weak strong dir extra-methods
   local extra=$5; [ -z "${METHODS:-}" ] || extra=""
+  [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $4 "* ]] || return 0
   echo "== $4 $(date -u +%H:%M:%S)"
   "$py" -m treegraft bench --trio "$1" --weak "$2" --strong "$3" --suite all --limit "$limit" \
     --max-new-tokens 32 --dtype float32 --threads 2 --budget auto --depth 10 --methods "$M$extra" \
