@@ -41,9 +41,10 @@ def test_oracle_rows_are_consistent(rows):
 
 
 def test_the_oracle_net_keeps_what_every_policy_pays():
-    """The oracle's extra seconds are only its own: the unkept branch, the rewinds, the redone
-    forward. What remains of a step is the kept branch (c0 or c1) plus what every policy pays: the
-    schedule, the commit and, for a feature drafter, the target's prompt prefill."""
+    """The oracle's extra seconds are only its own: the unkept branch, the rewinds, the reading of
+    the kept branch's forward that chose it. What remains of a step is the kept branch, its forward
+    timed a second time, plus what every policy pays: the schedule, the commit and, for a feature
+    drafter, the target's prompt prefill."""
     trio = tiny_trio("random", "perturbed")
     engine = Engine(trio, GenConfig(method="treegraft", policy="oracle", max_new_tokens=24, budget=12, depth=4,
                                     topk=3, record_stages=False))
@@ -51,8 +52,12 @@ def test_the_oracle_net_keeps_what_every_policy_pays():
     for rec in engine.generate([5, 17, 33, 2, 9]):
         o = rec.decision["oracle"]
         shared = sum(rec.times.get(k, 0.0) for k in ("schedule", "overhead", "prefill"))
-        assert rec.wall_s - o["extra_s"] == pytest.approx((o["c1"] if o["call"] else o["c0"]) + shared, abs=1e-9)
-        assert rec.times["overhead"] > 0 and o["extra_s"] > 0
+        assert rec.wall_s - o["extra_s"] == pytest.approx(o["kept_s"] + shared, abs=1e-9)
+        # what is charged is the kept branch with a second reading of its forward, not the one that chose
+        chose = o["verify1_s"] if o["call"] else o["verify0_s"]
+        assert o["kept_s"] == pytest.approx((o["c1"] if o["call"] else o["c0"]) - chose + o["kept_verify_s"], abs=1e-9)
+        assert o["kept_verify_s"] > 0 and o["kept_verify_s"] != chose
+        assert rec.times["overhead"] > 0 and o["extra_s"] > chose
         kept.add(o["call"])
     assert kept == {True, False}  # both kinds of step were checked
 

@@ -318,8 +318,8 @@ class Engine:
     def oracle_step(self, rec, decision, tree, depth, clock, fw0) -> StepRecord:
         """The exact answer for this state: run the step without and with the strong
         drafter from the same state (same weak pool, same caches, same random stream) and keep the
-        branch with more tokens per second. What only the oracle paid (the branch it did not keep and
-        the rewinds) is reported in decision['oracle']['extra_s'] so the upper bound can be quoted net
+        branch with more tokens per second. What only the oracle paid (the branch it did not keep, the
+        rewinds, and the clock reading that chose the kept branch) is reported in decision['oracle']['extra_s'] so the upper bound can be quoted net
         of it; what every policy pays (the weak pool, the schedule, a feature drafter's prompt prefill,
         the commit) stays charged."""
         mark, before, weak_s = self.target.mark(), self.generator.get_state(), clock.times.get("draft_weak", 0.0)
@@ -347,17 +347,26 @@ class Engine:
         decision.reason = (f"oracle: with strong {a1} tokens / {c1 * 1e3:.1f} ms vs without {a0} / "
                            f"{c0 * 1e3:.1f} ms -> {'call' if use_strong else 'skip'}")
         kept = strong if use_strong else plain
-        extra = rewind_s + (plain.verify_s if use_strong else refine_s + strong.verify_s)
-        if not use_strong:
-            # The target's cache holds the strong branch: redo the kept branch's forward.
-            self.rewind(mark, plain.rng_after)
+        # The choice read each branch's verification off the clock once, and kept the one that read
+        # faster: charging that reading would credit the oracle with the luck of the draw (on steps
+        # where both branches send the same tree, it would pay the faster of two timings of one
+        # forward). So the kept branch's forward runs again and that second reading is what is
+        # charged; the reading that chose goes with the unkept branch into extra_s.
+        extra = rewind_s + plain.verify_s + refine_s + strong.verify_s
+        self.rewind(mark, kept.rng_after)
+        if use_strong:
+            extra -= refine_s
+        else:
             self.strong.commit([])
-            self.target.catch_up(self.seq, plain.selected, plain.tree)
             rec.strong_called = False
             rec.stages = [s for s in rec.stages if s["name"] == "weak pool"]
             self.snap(rec, "selected", plain.tree)
-            extra += clock.lap("verify")
+        extra += clock.lap("verify")
+        self.target.catch_up(self.seq, kept.selected, kept.tree)
+        charged = clock.lap("verify")
         decision.oracle["extra_s"] = extra
+        decision.oracle["kept_verify_s"] = charged
+        decision.oracle["kept_s"] = (c1 - strong.verify_s if use_strong else c0 - plain.verify_s) + charged
         return self.finish(rec, decision, kept.tree, kept.selected, kept.path, kept.bonus, clock, fw0)
 
     def run_branch(self, tree: DraftTree, depth: int, clock: Clock, rec: StepRecord | None = None) -> "Branch":
