@@ -341,3 +341,29 @@ def test_replicate_spread_compares_each_method_over_its_own_runs_ar(tmp_path, mo
     assert "(2 pair-method cells): median disagreement 10.0%, largest 10.0%" in out  # z left out
     (tmp_path / "c").mkdir()
     assert mod.main([str(tmp_path / "a"), str(tmp_path / "c")]) == 2
+
+
+def test_oracle_luck_counts_what_the_faster_reading_of_one_forward_saved():
+    """scripts/oracle_luck.py: on tie steps (same nodes, same tokens) the readings keep the faster of
+    two timings and the model never calls; where the readings carry no noise the model's choice is
+    the readings' choice and there is no luck."""
+    spec = importlib.util.spec_from_file_location("oracle_luck", "scripts/oracle_luck.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+
+    def row(step, a0, a1, n0, n1, v0, v1, refine=0.01):
+        return {"step": step, "a0": a0, "a1": a1, "n0": n0, "n1": n1, "weak_s": 0.01, "refine_s": refine,
+                "strong_forwards": 1, "verify0_s": v0, "verify1_s": v1,
+                "c0": 0.01 + v0, "c1": 0.01 + refine + v1}
+
+    exact = [row(0, 1, 1, 2, 2, 1.0, 1.0)] + [row(k, 2, 3, 2, 4, 0.10, 0.12) for k in range(1, 5)]
+    r = mod.rates(exact)
+    assert r["by its readings"] == pytest.approx(r["by the model, verify"]) and r["tie luck"][0] == 0.0
+    assert r["by its readings"][1] == 1.0 and r["never"][1] == 0.0
+    # two timings of the same forward, 0.10 and 0.08: the readings call and pay 0.08 + the pass
+    noisy = exact + [row(k, 2, 2, 2, 2, 0.10, 0.08) for k in range(5, 9)]
+    r = mod.rates(noisy)
+    assert r["ties"][0] == 4
+    readings_s = 4 * (0.01 + 0.01 + 0.12) + 4 * (0.01 + 0.01 + 0.08)
+    assert r["tie luck"][0] == pytest.approx(4 * (0.11 - 0.10) / readings_s)
+    assert r["by its readings"][0] > r["by the model, verify"][0]
