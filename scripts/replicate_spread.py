@@ -2,7 +2,8 @@
 and method, tokens/s over `ar` (pooled, as in scripts/ablation_table.py) in each run and their ratio,
 then per method the median and largest disagreement over the pairs. A method that played the same
 thing in both runs shows the spread the machine alone puts between measurements; a gap smaller than
-that spread is not evidence of anything.
+that spread is not evidence of anything. Where the two runs hold different prompts of a pair (one
+ran more per set), only the prompts both ran are compared.
 
   .venv/bin/python scripts/replicate_spread.py docs/bench/live14 docs/bench/live15 [--differ treegraft:learned]
 """
@@ -19,14 +20,24 @@ import pandas as pd
 from ablation_table import pooled
 
 
-def speeds(root: Path) -> dict[str, pd.Series]:
-    """Per pair (run directory name): tokens/s over `ar` per method."""
+def speeds(root: Path, prompts: dict[str, set] | None = None) -> dict[str, pd.Series]:
+    """Per pair (run directory name): tokens/s over `ar` per method, over `prompts[pair]` if given."""
     out = {}
     for csv in sorted(root.glob("*/results.csv")):
-        g = pooled(pd.read_csv(csv))
+        df = pd.read_csv(csv)
+        if prompts is not None:
+            df = df[df.prompt_id.isin(prompts.get(csv.parent.name, set()))]
+        g = pooled(df)
         if "ar" in g.index:
             out[csv.parent.name] = (g.tps / g.loc["ar", "tps"]).drop("ar")
     return out
+
+
+def shared_prompts(first: Path, second: Path) -> dict[str, set]:
+    """Per pair both runs hold: the prompt ids both ran."""
+    ids = [{csv.parent.name: set(pd.read_csv(csv, usecols=["prompt_id"]).prompt_id) for csv in root.glob("*/results.csv")}
+           for root in (first, second)]
+    return {pair: ids[0][pair] & ids[1][pair] for pair in set(ids[0]) & set(ids[1])}
 
 
 def spread(a: dict[str, pd.Series], b: dict[str, pd.Series]) -> dict[str, dict[str, float]]:
@@ -65,7 +76,8 @@ def main(argv=None) -> int:
     ap.add_argument("--differ", action="append", default=[],
                     help="a method that played something else in one run (kept out of the summary; repeatable)")
     a = ap.parse_args(argv)
-    first, second = speeds(Path(a.first)), speeds(Path(a.second))
+    common = shared_prompts(Path(a.first), Path(a.second))
+    first, second = speeds(Path(a.first), common), speeds(Path(a.second), common)
     if not set(first) & set(second):
         print(f"error: {a.first} and {a.second} share no pair with an `ar` row", file=sys.stderr)
         return 2

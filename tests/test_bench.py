@@ -318,21 +318,27 @@ def test_round_speeds_cancel_a_drift_between_rounds(tmp_path):
 def test_replicate_spread_compares_each_method_over_its_own_runs_ar(tmp_path, monkeypatch, capsys):
     """scripts/replicate_spread.py: a machine twice as fast in the second run changes nothing (speeds
     are over each run's own `ar`); a method 10% faster over ar there is a 10% gap, and so is one 10%
-    slower; a method named --differ stays out of the summary."""
+    slower; a method named --differ stays out of the summary; a prompt one run alone holds is left out."""
     monkeypatch.syspath_prepend("scripts")
     spec = importlib.util.spec_from_file_location("replicate_spread", "scripts/replicate_spread.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
 
-    def run(root, walls):
+    def run(root, walls, extra=None):
         d = tmp_path / root / "pair"
         d.mkdir(parents=True)
-        rows = [{"method": m, "new_tokens": 10, "target_forwards": 5, "wall_s": w} for m, w in walls.items()]
+        rows = [{"prompt_id": "p0", "method": m, "new_tokens": 10, "target_forwards": 5, "wall_s": w}
+                for m, w in walls.items()]
+        # a prompt only this run holds: left out of the comparison
+        rows += [{"prompt_id": "p1", "method": m, "new_tokens": 10, "target_forwards": 5, "wall_s": w}
+                 for m, w in (extra or {}).items()]
         pd.DataFrame(rows).to_csv(d / "results.csv", index=False)
 
     run("a", {"ar": 4.0, "x": 2.0, "y": 2.0, "z": 1.0})
-    run("b", {"ar": 2.0, "x": 1.0 / 1.1, "y": 1.1, "z": 0.1})
-    ratios = mod.spread(mod.speeds(tmp_path / "a"), mod.speeds(tmp_path / "b"))
+    run("b", {"ar": 2.0, "x": 1.0 / 1.1, "y": 1.1, "z": 0.1}, extra={"ar": 1.0, "x": 100.0, "y": 0.01})
+    assert mod.shared_prompts(tmp_path / "a", tmp_path / "b") == {"pair": {"p0"}}
+    common = mod.shared_prompts(tmp_path / "a", tmp_path / "b")
+    ratios = mod.spread(mod.speeds(tmp_path / "a", common), mod.speeds(tmp_path / "b", common))
     assert ratios["x"]["pair"] == pytest.approx(1.1) and ratios["y"]["pair"] == pytest.approx(1 / 1.1)
     assert "ar" not in ratios
     assert mod.main([str(tmp_path / "a"), str(tmp_path / "b"), "--differ", "z"]) == 0
