@@ -319,8 +319,8 @@ class Engine:
         """The exact answer for this state: run the step without and with the strong
         drafter from the same state (same weak pool, same caches, same random stream) and keep the
         branch with more tokens per second. What only the oracle paid (the branch it did not keep, the
-        rewinds, and the clock reading that chose the kept branch) is reported in decision['oracle']['extra_s'] so the upper bound can be quoted net
-        of it; what every policy pays (the weak pool, the schedule, a feature drafter's prompt prefill,
+        rewinds, and the clock reading that chose the kept branch) is reported in
+        decision['oracle']['extra_s'] so the upper bound can be quoted net of it; what every policy pays (the weak pool, the schedule, a feature drafter's prompt prefill,
         the commit) stays charged."""
         mark, before, weak_s = self.target.mark(), self.generator.get_state(), clock.times.get("draft_weak", 0.0)
         plain = self.run_branch(copy.deepcopy(tree), depth, clock)
@@ -352,11 +352,9 @@ class Engine:
         # where both branches send the same tree, it would pay the faster of two timings of one
         # forward). So the kept branch's forward runs again and that second reading is what is
         # charged; the reading that chose goes with the unkept branch into extra_s.
-        extra = rewind_s + plain.verify_s + refine_s + strong.verify_s
+        extra = rewind_s + plain.verify_s + strong.verify_s + (0.0 if use_strong else refine_s)
         self.rewind(mark, kept.rng_after)
-        if use_strong:
-            extra -= refine_s
-        else:
+        if not use_strong:
             self.strong.commit([])
             rec.strong_called = False
             rec.stages = [s for s in rec.stages if s["name"] == "weak pool"]
