@@ -20,24 +20,26 @@ import pandas as pd
 from ablation_table import pooled
 
 
-def speeds(root: Path, prompts: dict[str, set] | None = None) -> dict[str, pd.Series]:
-    """Per pair (run directory name): tokens/s over `ar` per method, over `prompts[pair]` if given."""
+def load(root: Path) -> dict[str, pd.DataFrame]:
+    """Per pair (run directory name): its results.csv."""
+    return {csv.parent.name: pd.read_csv(csv) for csv in sorted(root.glob("*/results.csv"))}
+
+
+def shared_prompts(a: dict[str, pd.DataFrame], b: dict[str, pd.DataFrame]) -> dict[str, set]:
+    """Per pair both runs hold: the prompt ids both ran."""
+    return {pair: set(a[pair].prompt_id) & set(b[pair].prompt_id) for pair in set(a) & set(b)}
+
+
+def speeds(runs: dict[str, pd.DataFrame], prompts: dict[str, set] | None = None) -> dict[str, pd.Series]:
+    """Per pair: tokens/s over `ar` per method, over `prompts[pair]` if given."""
     out = {}
-    for csv in sorted(root.glob("*/results.csv")):
-        df = pd.read_csv(csv)
+    for pair, df in runs.items():
         if prompts is not None:
-            df = df[df.prompt_id.isin(prompts.get(csv.parent.name, set()))]
+            df = df[df.prompt_id.isin(prompts.get(pair, set()))]
         g = pooled(df)
         if "ar" in g.index:
-            out[csv.parent.name] = (g.tps / g.loc["ar", "tps"]).drop("ar")
+            out[pair] = (g.tps / g.loc["ar", "tps"]).drop("ar")
     return out
-
-
-def shared_prompts(first: Path, second: Path) -> dict[str, set]:
-    """Per pair both runs hold: the prompt ids both ran."""
-    ids = [{csv.parent.name: set(pd.read_csv(csv, usecols=["prompt_id"]).prompt_id) for csv in root.glob("*/results.csv")}
-           for root in (first, second)]
-    return {pair: ids[0][pair] & ids[1][pair] for pair in set(ids[0]) & set(ids[1])}
 
 
 def spread(a: dict[str, pd.Series], b: dict[str, pd.Series]) -> dict[str, dict[str, float]]:
@@ -76,8 +78,9 @@ def main(argv=None) -> int:
     ap.add_argument("--differ", action="append", default=[],
                     help="a method that played something else in one run (kept out of the summary; repeatable)")
     a = ap.parse_args(argv)
-    common = shared_prompts(Path(a.first), Path(a.second))
-    first, second = speeds(Path(a.first), common), speeds(Path(a.second), common)
+    runs = load(Path(a.first)), load(Path(a.second))
+    common = shared_prompts(*runs)
+    first, second = (speeds(r, common) for r in runs)
     if not set(first) & set(second):
         print(f"error: {a.first} and {a.second} share no pair with an `ar` row", file=sys.stderr)
         return 2

@@ -336,9 +336,10 @@ def test_replicate_spread_compares_each_method_over_its_own_runs_ar(tmp_path, mo
 
     run("a", {"ar": 4.0, "x": 2.0, "y": 2.0, "z": 1.0})
     run("b", {"ar": 2.0, "x": 1.0 / 1.1, "y": 1.1, "z": 0.1}, extra={"ar": 1.0, "x": 100.0, "y": 0.01})
-    assert mod.shared_prompts(tmp_path / "a", tmp_path / "b") == {"pair": {"p0"}}
-    common = mod.shared_prompts(tmp_path / "a", tmp_path / "b")
-    ratios = mod.spread(mod.speeds(tmp_path / "a", common), mod.speeds(tmp_path / "b", common))
+    runs = mod.load(tmp_path / "a"), mod.load(tmp_path / "b")
+    assert mod.shared_prompts(*runs) == {"pair": {"p0"}}
+    common = mod.shared_prompts(*runs)
+    ratios = mod.spread(mod.speeds(runs[0], common), mod.speeds(runs[1], common))
     assert ratios["x"]["pair"] == pytest.approx(1.1) and ratios["y"]["pair"] == pytest.approx(1 / 1.1)
     assert "ar" not in ratios
     assert mod.main([str(tmp_path / "a"), str(tmp_path / "b"), "--differ", "z"]) == 0
