@@ -252,9 +252,10 @@ def test_shipped_scheduler_reproduces_recorded_predictions(trio, pair):
     if "arm" in art:  # the arm chosen on validation prompts is the fastest there (pooled over runs where
         # it was chosen so), and the one played
         rates = art["arm"].get("pooled", art["arm"]["rates"])
-        knobs = {k: art["arm"][k] for k in ("unsure",) if k in art["arm"]}
+        knobs = {k: art["arm"][k] for k in ("sure", "unsure") if k in art["arm"]}
         assert policy.arm == art["arm"]["arm"] and arm_label(policy.arm, knobs) == max(rates, key=rates.get)
-        assert policy.solo == (policy.arm == "solo") and policy.unsure == art["arm"].get("unsure", 2.0)
+        assert policy.first == (policy.arm in ("solo", "strong-first"))
+        assert policy.unsure == art["arm"].get("unsure", 2.0) and policy.sure == art["arm"].get("sure", 3.0)
         policy = policy.gain
     assert len(art["test_vectors"]) >= 4
     for tv in art["test_vectors"]:
@@ -286,17 +287,27 @@ class Watching:
 
     def __init__(self, inner, engine_ref):
         self.inner, self.engine_ref, self.calls = inner, engine_ref, 0
+        self.first = inner.first
 
-    def decide(self, feats, step):
+    def watch(self, rule, feats, step):
         e = self.engine_ref[0]
         before = [r.forwards for r in (e.target, e.weak, e.strong)]
-        d = self.inner.decide(feats, step)
+        d = rule(feats, step)
         assert [r.forwards for r in (e.target, e.weak, e.strong)] == before
-        self.calls += 1
         return d
 
+    def alone(self, feats, step):
+        d = self.watch(self.inner.alone, feats, step)
+        self.calls += d is not None
+        return d
 
-@pytest.mark.parametrize("policy", ["never", "always", "every-k", "when-empty", "when-unsure", "learned"])
+    def decide(self, feats, step):
+        self.calls += 1
+        return self.watch(self.inner.decide, feats, step)
+
+
+@pytest.mark.parametrize("policy", ["never", "always", "every-k", "when-empty", "when-unsure", "strong-first",
+                                    "learned"])
 def test_every_policy_is_lossless_and_decisions_cost_no_forward(rows, tmp_path, policy):
     from treegraft.schedule import make_policy
     art, _ = train(rows, holdout=0.3)
@@ -313,8 +324,11 @@ def test_every_policy_is_lossless_and_decisions_cost_no_forward(rows, tmp_path, 
     assert watcher.calls == len(records)
     for rec in records:
         assert rec.decision["policy"] == policy and rec.decision["reason"]
-        assert rec.strong_called == rec.decision["call"]
-        assert (rec.forwards["strong"] > 0) == rec.strong_called
+        alone = "drafts the step alone" in rec.decision["reason"]  # strong-first's tree-strong steps
+        assert rec.strong_called == (rec.decision["call"] or alone)
+        assert (rec.forwards["weak"] > 0) == (not alone)
+        if policy != "strong-first":  # which drafts strong first, even where its tree is then dropped
+            assert (rec.forwards["strong"] > 0) == rec.strong_called
         if policy == "learned":
             assert rec.decision["score"] is not None and rec.decision["threshold"] is not None
 
@@ -342,7 +356,7 @@ def test_features_are_the_scheduler_inputs_in_order():
     assert tuple(features(DraftTree(), History(), depth=6)) == FEATURES + COSTS
 
 
-@pytest.mark.parametrize("arm", ["solo", "never", "always", "when-empty", "when-unsure"])
+@pytest.mark.parametrize("arm", ["solo", "never", "always", "when-empty", "when-unsure", "strong-first"])
 def test_a_chosen_arm_plays_that_method_losslessly(rows, tmp_path, arm):
     """`scheduler choose` may pick a fixed arm for a pair; `solo` steps are tree-strong steps (the same
     trees, the weak drafter never runs), never/always the fixed policies, and output stays greedy."""
@@ -361,9 +375,13 @@ def test_a_chosen_arm_plays_that_method_losslessly(rows, tmp_path, arm):
     assert [r.accepted for r in records] == [r.accepted for r in ref_records]  # the same trees, step by step
     for rec in records:
         assert f"arm '{arm}'" in rec.decision["reason"]
-        assert (rec.forwards["weak"] > 0) == (arm != "solo")
-        assert rec.strong_called == (rec.forwards["strong"] > 0)
-        if arm not in ("when-empty", "when-unsure"):
+        alone = arm == "solo" or "drafts the step alone" in rec.decision["reason"]
+        assert (rec.forwards["weak"] > 0) == (not alone)
+        if arm == "strong-first":
+            assert rec.strong_called == (alone or rec.decision["call"]) and rec.forwards["strong"] > 0
+        else:
+            assert rec.strong_called == (rec.forwards["strong"] > 0)
+        if arm not in ("when-empty", "when-unsure", "strong-first"):
             assert rec.strong_called == (arm != "never")
     if arm != "solo":  # a tree-strong step records no call
         assert [r.strong_called for r in records] == [r.strong_called for r in ref_records]
@@ -401,11 +419,45 @@ def test_when_unsure_calls_where_the_weak_tree_expects_fewer_tokens_than_its_thr
         GenConfig(unsure=0.5).check()
 
 
+@pytest.mark.parametrize("sure", [1.0, 3.0, 64.0])
+def test_strong_first_verifies_the_strong_tree_alone_exactly_where_it_is_sure(sure):
+    """Prompt lookup as the strong drafter, drafting first: at 1 token every step is a tree-strong step
+    (a tree expects at least its bonus token), at 64 none is (the weak pool and when-unsure decide, as
+    when-unsure itself would); in between both happen, each alone step's strong tree expected at least
+    `sure` tokens, and output stays greedy throughout."""
+    trio = tiny_trio("perturbed", "ngram")
+    prompt = [5, 17, 33, 2, 9, 5, 17, 33, 2, 9, 40, 41, 5, 17, 33]
+    ref = trio.target.generate(ids(prompt), max_new_tokens=30, do_sample=False)[0, len(prompt):].tolist()
+    cfg = dict(max_new_tokens=30, budget=12, depth=4, topk=3)
+    engine = Engine(trio, GenConfig(method="treegraft", policy="strong-first", sure=sure, unsure=2.5, **cfg))
+    records = list(engine.generate(prompt))
+    assert engine.new_tokens == ref
+    alone = ["drafts the step alone" in r.decision["reason"] for r in records]
+    for rec, solo in zip(records, alone):
+        assert (rec.forwards["weak"] == 0) == solo and rec.forwards["strong"] > 0
+        if solo:
+            assert rec.strong_called and rec.decision["features"]["weak_expected"] >= sure
+            assert {n["origin"] for n in rec.nodes} <= {"strong"}
+        else:
+            assert rec.decision["call"] == (rec.decision["features"]["weak_expected"] < 2.5) == rec.strong_called
+    assert {1.0: all(alone), 64.0: not any(alone)}.get(sure, any(alone) and not all(alone))
+    if sure == 1.0:
+        strong = Engine(trio, GenConfig(method="tree-strong", **cfg))
+        assert [r.accepted for r in strong.records or list(strong.generate(prompt))] == [r.accepted for r in records]
+    if sure == 64.0:
+        unsure = Engine(trio, GenConfig(method="treegraft", policy="when-unsure", unsure=2.5, **cfg))
+        assert [r.accepted for r in list(unsure.generate(prompt))] == [r.accepted for r in records]
+    with pytest.raises(ConfigError, match="sure"):
+        GenConfig(sure=0.5).check()
+
+
 def test_choose_reads_when_unsure_at_another_threshold_as_that_arm(rows, tmp_path):
     from treegraft.bench.store import append_row
     from treegraft.scheduler_train import arm_of, main
     assert arm_of("treegraft:when-unsure[unsure=1.5]") == ("when-unsure", {"unsure": 1.5})
     assert arm_of("treegraft:when-unsure") == ("when-unsure", {})
+    assert arm_of("treegraft:strong-first[unsure=1.5,sure=2.5]") == ("strong-first", {"sure": 2.5, "unsure": 1.5})
+    assert arm_of("treegraft:when-unsure[sure=2.5]") is None  # not when-unsure's knob
     assert arm_of("treegraft:always[budget=8]") is None   # an ablation is not an arm
     art, _ = train(rows, holdout=0.3)
     (tmp_path / "s").mkdir()
@@ -448,7 +500,7 @@ def test_choose_writes_the_fastest_arm_of_a_validation_run(rows, tmp_path):
     report = (tmp_path / "s" / "REPORT.md").read_text()
     assert "**solo**" in report and "PER_SUITE=2 REPEATS=1 scripts/choose_arms.sh" in report
     policy = load_learned(tmp_path / "s" / "scheduler.json")
-    assert policy.solo and policy.gain.kappa == art["kappa"]
+    assert policy.arm == "solo" and policy.first and policy.gain.kappa == art["kappa"]
     with pytest.raises(ValueError, match="treegraft:learned"):
         choose_arm(pd.DataFrame({c: [] for c in COLUMNS}))
 

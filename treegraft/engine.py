@@ -44,6 +44,7 @@ class GenConfig:
     policy: str = "always"
     every_k: int = 2
     unsure: float = 2.0               # when-unsure: call where the weak tree expects fewer tokens than this
+    sure: float = 3.0                 # strong-first: the strong tree alone where it expects at least this
     scheduler_path: str | None = None
     graft: GraftConfig = field(default_factory=GraftConfig)
     calibrate: bool = False           # score nodes by measured acceptance rates (treegraft.calibrate)
@@ -62,6 +63,8 @@ class GenConfig:
             raise ConfigError(f"temperature must be in [0, 100], got {self.temperature}")
         if not 1 <= self.unsure <= 64:
             raise ConfigError(f"unsure must be in [1, 64] tokens, got {self.unsure}")
+        if not 1 <= self.sure <= 64:
+            raise ConfigError(f"sure must be in [1, 64] tokens, got {self.sure}")
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
         try:
@@ -108,7 +111,7 @@ class Engine:
         except ValueError as e:
             raise ConfigError(str(e)) from None
         scheduler = cfg.scheduler_path or scheduler_for(trio.trio, trio.pair)
-        self.policy = policy or (make_policy(cfg.policy, cfg.every_k, scheduler, cfg.unsure) if cfg.method == "treegraft" else None)
+        self.policy = policy or (make_policy(cfg.policy, cfg.every_k, scheduler, cfg.unsure, cfg.sure) if cfg.method == "treegraft" else None)
         self.generator = torch.Generator().manual_seed(cfg.seed)
         self.curve = LiveCurve(target_curve(trio)) if cfg.auto_budget and cfg.method != "ar" else None
         # The scheduler weighs seconds on this device: it reads the same measured curve, fixed budget or not.
@@ -165,29 +168,46 @@ class Engine:
         if cfg.method == "ar" or depth < 1:
             tree, selected = DraftTree(), []
         else:
-            solo = cfg.method == "treegraft" and getattr(self.policy, "solo", False)
-            drafter = self.strong if cfg.method == "tree-strong" or solo else self.weak
-            tree, _ = draft_tree(drafter, seq, depth, cfg.topk, cfg.width, role=drafter.name,
-                                 more=self.more(depth, clock),
-                                 scale=self.calibration.score if cfg.calibrate else None)
-            clock.lap(f"draft_{drafter.name}")
-            self.snap(rec, "weak pool" if drafter is self.weak else "strong pool", tree)
-            rec.strong_called = solo
-            if solo:
-                decision = self.policy.decide({}, len(self.records))
-                clock.lap("schedule")
-            elif cfg.method == "treegraft":
-                decision = self.decide(tree, depth, clock)
-                if decision.call and cfg.policy == "oracle":
+            tree, decision = self.pool(rec, depth, clock)
+            if decision is not None and decision.call:
+                if cfg.policy == "oracle":
                     return self.oracle_step(rec, decision, tree, depth, clock, fw0)
-                if decision.call:
-                    self.refine(tree, depth, rec, clock)
+                self.refine(tree, depth, rec, clock)
             rec.budget = self.budget(tree, depth, clock)
             selected = select(tree, rec.budget, depth)
             self.snap(rec, "selected", tree)
         logits, _ = self.verify(tree, selected, clock)
         path, bonus = self.accept(tree, selected, logits)
         return self.finish(rec, decision, tree, selected, path, bonus, clock, fw0)
+
+    def pool(self, rec: StepRecord, depth: int, clock: Clock) -> tuple[DraftTree, Decision | None]:
+        """The step's first tree and the scheduler's decision on it: the weak pool, or the strong
+        drafter's tree played alone (tree-strong; with a policy that drafts strong first, where
+        alone() says so; otherwise that tree is dropped and the weak pool drafted)."""
+        cfg = self.cfg
+        if cfg.method != "treegraft":
+            return self.draft(self.strong if cfg.method == "tree-strong" else self.weak, rec, depth, clock), None
+        if self.policy.first:
+            mark = self.strong.mark()
+            tree = self.draft(self.strong, rec, depth, clock)
+            decision = self.policy.alone(self.pool_features(tree, depth, clock), len(self.records))
+            clock.lap("schedule")
+            if decision is not None:
+                rec.strong_called = True
+                return tree, decision
+            self.strong.commit([])
+            self.strong.restore(mark)  # the root too: the strong pass reads it again with the weak nodes
+            rec.stages = []
+        tree = self.draft(self.weak, rec, depth, clock)
+        return tree, self.decide(tree, depth, clock)
+
+    def draft(self, drafter, rec: StepRecord, depth: int, clock: Clock) -> DraftTree:
+        cfg = self.cfg
+        tree, _ = draft_tree(drafter, self.seq, depth, cfg.topk, cfg.width, role=drafter.name,
+                             more=self.more(depth, clock), scale=self.calibration.score if cfg.calibrate else None)
+        clock.lap(f"draft_{drafter.name}")
+        self.snap(rec, "weak pool" if drafter is self.weak else "strong pool", tree)
+        return tree
 
     def budget(self, tree: DraftTree, depth: int, clock: Clock) -> int:
         """N: fixed, or (auto) the most expected tokens per second on this machine's cost curve."""
@@ -219,10 +239,12 @@ class Engine:
             return another_level_pays(tree, parents, self.curve, now, level_s, self.cfg.budget, depth)
         return pays
 
+    def pool_features(self, tree: DraftTree, depth: int, clock: Clock) -> dict:
+        return features(tree, self.history, depth, self.cost_curve, clock.elapsed(), self.cfg.budget,
+                        self.cfg.auto_budget, self.cfg.max_new_tokens - len(self.new_tokens))
+
     def decide(self, tree: DraftTree, depth: int, clock: Clock) -> Decision:
-        feats = features(tree, self.history, depth, self.cost_curve, clock.elapsed(), self.cfg.budget,
-                         self.cfg.auto_budget, self.cfg.max_new_tokens - len(self.new_tokens))
-        decision = self.policy.decide(feats, len(self.records))
+        decision = self.policy.decide(self.pool_features(tree, depth, clock), len(self.records))
         clock.lap("schedule")
         return decision
 

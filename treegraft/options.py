@@ -50,6 +50,9 @@ def add_tree_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--every-k", type=int, default=d.every_k)
     g.add_argument("--unsure", type=float, default=d.unsure,
                    help="when-unsure: call the strong drafter where the weak tree expects fewer tokens than this")
+    g.add_argument("--sure", type=float, default=d.sure,
+                   help="strong-first: the strong drafter's tree is verified alone where it expects at least "
+                        "this many tokens (the bonus token included)")
     g.add_argument("--scheduler", default=None, help="learned scheduler file (default: the shipped one)")
     g.add_argument("--calibrate", action=argparse.BooleanOptionalAction, default=d.calibrate,
                    help="score tree nodes by the acceptance rate measured on this generation for the drafter's "
@@ -76,7 +79,7 @@ def gen_config(a, method: str) -> GenConfig:
     cfg = GenConfig(method=method, max_new_tokens=a.max_new_tokens, budget=AUTO_CAP if auto else a.budget,
                     auto_budget=auto, depth=a.depth,
                     topk=a.topk, width=a.width, temperature=a.temperature, top_p=a.top_p, seed=a.seed,
-                    policy=a.policy or default_policy(), every_k=a.every_k, unsure=a.unsure, scheduler_path=a.scheduler,
+                    policy=a.policy or default_policy(), every_k=a.every_k, unsure=a.unsure, sure=a.sure, scheduler_path=a.scheduler,
                     calibrate=a.calibrate,
                     graft=GraftConfig(**{f.name: getattr(a, f.name) for f in dataclasses.fields(GraftConfig)}))
     cfg.check()

@@ -526,13 +526,15 @@ def cmd_compare(a) -> int:
 
 
 def arm_of(method: str) -> tuple[str, dict] | None:
-    """A validation run's method as an arm: schedule.ARMS' labels, and when-unsure at another
-    threshold (`treegraft:when-unsure[unsure=1.5]` -> ("when-unsure", {"unsure": 1.5})); else None."""
+    """A validation run's method as an arm: schedule.ARMS' labels, and when-unsure or strong-first at
+    other thresholds (`treegraft:when-unsure[unsure=1.5]` -> ("when-unsure", {"unsure": 1.5}),
+    `treegraft:strong-first[sure=2.5]` -> ("strong-first", {"sure": 2.5})); else None."""
     if method in ARMS:
         return ARMS[method], {}
     m = parse_method(method, "learned")
-    if m.policy == "when-unsure" and set(m.tree) == {"unsure"} and not m.graft:
-        return "when-unsure", {"unsure": m.tree["unsure"]}
+    knobs = {"when-unsure": {"unsure"}, "strong-first": {"sure", "unsure"}}.get(m.policy, set())
+    if m.tree and set(m.tree) <= knobs and not m.graft:
+        return m.policy, dict(sorted(m.tree.items()))
     return None
 
 

@@ -62,7 +62,7 @@ def guard(what: str):
 
 def policies() -> list[str]:
     from treegraft.schedule import default_policy
-    names = ["always", "never", "every-k", "when-empty", "when-unsure", "oracle"]
+    names = ["always", "never", "every-k", "when-empty", "when-unsure", "strong-first", "oracle"]
     return (["learned"] + names) if default_policy() == "learned" else names
 
 
@@ -76,7 +76,7 @@ def defaults() -> dict:
             # The app teaches: its default policy calls the strong drafter on every step, so its work
             # (rescored, recovered, grafted nodes) is on screen from the first Step. The distilled
             # scheduler (`learned`, the CLI's default) is one click away in the sidebar.
-            "method": "treegraft", "policy": APP_POLICY, "every_k": 2, "unsure": 2.0,
+            "method": "treegraft", "policy": APP_POLICY, "every_k": 2, "unsure": 2.0, "sure": 3.0,
             "budget": 16, "auto_budget": False, "depth": 6, "topk": 4, "max_new_tokens": 64,
             "temperature": 0.0, "top_p": 1.0, "seed": 0,
             "rescore_m": g.rescore_m, "recover_k": g.recover_k, "graft_g": g.graft_g, "graft_h": g.graft_h,
@@ -158,6 +158,10 @@ def settings_sidebar(page: str) -> dict:
         _widget(st.number_input, "tokens (for when-unsure)", "unsure", seed, step=0.25,
                 help="when-unsure calls the strong drafter where the weak tree expects fewer tokens "
                      "than this (bonus included; 2 = less than one accepted draft token)")
+        _widget(st.number_input, "tokens (for strong-first)", "sure", seed, step=0.25,
+                help="strong-first lets the strong drafter draft first and verifies its tree alone where it "
+                     "expects at least this many tokens (bonus included); elsewhere the weak pool is drafted "
+                     "and when-unsure decides the call")
         # No min/max here on purpose: the engine's own check explains an impossible value.
         _widget(st.number_input, "Budget N (tree nodes sent to the target)", "budget", seed, step=1)
         _widget(st.checkbox, "Size the tree to this machine (auto)", "auto_budget", seed,
@@ -204,7 +208,8 @@ def make_config(s: dict, **override) -> GenConfig:
                     auto_budget=bool(s.get("auto_budget", False)),
                     depth=int(s["depth"]), topk=int(s["topk"]), temperature=float(s["temperature"]),
                     top_p=float(s["top_p"]), seed=int(s["seed"]), policy=s["policy"],
-                    every_k=int(s["every_k"]), unsure=float(s.get("unsure", 2.0)), graft=graft, record_stages=True)
+                    every_k=int(s["every_k"]), unsure=float(s.get("unsure", 2.0)),
+                    sure=float(s.get("sure", 3.0)), graft=graft, record_stages=True)
     cfg = replace(cfg, **override)
     cfg.check()
     return cfg

@@ -96,7 +96,7 @@ def parse_name(name: str, default_policy: str) -> Method:
                       f"[knob=value,...] (GraftConfig knobs)")
 
 
-TREE_KNOBS = ("budget", "depth", "topk", "width", "calibrate", "unsure")
+TREE_KNOBS = ("budget", "depth", "topk", "width", "calibrate", "unsure", "sure")
 
 
 def parse_knobs(spec: str, text: str) -> tuple[dict, dict]:
@@ -133,11 +133,11 @@ def _tree_knob(spec: str, key: str, val: str) -> dict:
         if val not in ("0", "1"):
             raise ConfigError(f"{spec!r}: calibrate takes 0 or 1, got {val!r}")
         return {"calibrate": val == "1"}
-    if key == "unsure":
+    if key in ("unsure", "sure"):
         try:
-            return {"unsure": float(val)}
+            return {key: float(val)}
         except ValueError:
-            raise ConfigError(f"{spec!r}: unsure takes a number of tokens, got {val!r}") from None
+            raise ConfigError(f"{spec!r}: {key} takes a number of tokens, got {val!r}") from None
     try:
         return {key: int(val)} | ({"auto_budget": False} if key == "budget" else {})
     except ValueError:
