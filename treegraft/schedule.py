@@ -206,7 +206,8 @@ class StrongFirst(Policy):
     verified alone, with no weak pool; elsewhere the weak pool is drafted and when-unsure decides the
     call on it. In SmolLM2 weak+ngram, `tree-strong` ran as fast as `always` at 15% less tau: on a
     step where a long lookup match continues, the weak pool costs time and adds little, and on one
-    without a match the weak pool is the step's tokens."""
+    without a match the weak pool is the step's tokens. (Held out there it tied `always`: only ~9% of
+    steps were that sure, and the weak drafter is ~6% of a step; README, docs/bench/live17-weak-ngram.)"""
     name = "strong-first"
     first = True
 
