@@ -52,7 +52,9 @@ def timeline(run: ui.Run) -> None:
     if run.cfg.method != "treegraft":
         st.warning(f"This run uses method {run.cfg.method!r}: only treegraft has a scheduler.")
         return
-    st.caption(f"Policy **{run.cfg.policy}**. Red: the strong drafter was called; grey: skipped. A score and "
+    st.caption(f"Policy **{run.cfg.policy}**. Red: the strong drafter was called; grey: skipped; a red star: a "
+               "solo step, the strong drafter's tree verified alone (no weak pool, so its features were read on "
+               "the strong tree). A score and "
                "threshold appear for the learned policy; the oracle's measured gain (tokens/s with minus without "
                "the strong drafter) appears where the oracle ran.")
     st.plotly_chart(viz.decision_figure(run.records), key="decision_chart")

@@ -88,11 +88,9 @@ def walkthrough(run: ui.Run) -> None:
     st.info(explain(rec, stage))
     if rec.decision and stage == names[0]:
         d = rec.decision
-        # A solo step (the solo arm, or strong-first where the strong tree is sure) records no call
-        # but its pool is the strong drafter's.
-        verdict = ("**call** the strong drafter" if d["call"] else
-                   "**verify the strong drafter's tree alone**, no weak pool" if rec.strong_called else
-                   "**skip** the strong drafter")
+        verdict = {"call": "**call** the strong drafter",
+                   "solo": "**verify the strong drafter's tree alone**, no weak pool",
+                   "skip": "**skip** the strong drafter"}[viz.step_kind(rec)]
         st.write(f"Next, the **scheduler** ({d['policy']}) looks at cheap features of this pool and decides: "
                  f"{verdict} ({d['reason']}).")
     st.plotly_chart(viz.tree_figure(rec, stage, run.decode, show_pruned=stage in viz.FINAL_STAGES),

@@ -451,6 +451,34 @@ def test_strong_first_verifies_the_strong_tree_alone_exactly_where_it_is_sure(su
         GenConfig(sure=0.5).check()
 
 
+def test_scheduler_figures_mark_solo_steps_apart():
+    """On strong-first's solo steps the recorded pool features are the strong tree's: the Scheduler
+    page's table, decision chart and feature panels say so step for step, not "skipped"."""
+    from treegraft import viz
+    trio = tiny_trio("perturbed", "ngram")
+    prompt = [5, 17, 33, 2, 9, 5, 17, 33, 2, 9, 40, 41, 5, 17, 33]
+    engine = Engine(trio, GenConfig(method="treegraft", policy="strong-first", sure=3.0, unsure=2.5,
+                                    max_new_tokens=30, budget=12, depth=4, topk=3))
+    records = list(engine.generate(prompt))
+    kinds = [viz.step_kind(r) for r in records]
+    solo = [k == "solo" for k in kinds]
+    assert any(solo) and not all(solo)
+    assert all(("drafts the step alone" in r.decision["reason"]) == s for r, s in zip(records, solo))
+    table = viz.decisions_table(records)
+    assert (table["features of"] == "strong tree alone").tolist() == solo
+    decisions = viz.decision_figure(records).data[0]
+    assert [y == 2 for y in decisions.y] == solo and [y == 1 for y in decisions.y] == [k == "call" for k in kinds]
+    features = viz.features_figure(records)
+    assert features.layout.meta["solo_steps"] == sum(solo)
+    assert [m == "star" for m in features.data[0].marker.symbol] == solo
+    # Without solo steps the chart keeps its two rows and says nothing of the strong tree.
+    plain = list(Engine(trio, GenConfig(method="treegraft", policy="when-unsure", unsure=2.5, max_new_tokens=30,
+                                        budget=12, depth=4, topk=3)).generate(prompt))
+    assert "solo" not in {viz.step_kind(r) for r in plain}
+    assert viz.features_figure(plain).layout.meta["solo_steps"] == 0
+    assert set(viz.decision_figure(plain).data[0].y) <= {0, 1}
+
+
 def test_choose_reads_when_unsure_at_another_threshold_as_that_arm(rows, tmp_path):
     from treegraft.bench.store import append_row
     from treegraft.scheduler_train import arm_of, main

@@ -597,13 +597,27 @@ def speed_modes_figure(runs: dict[str, list[StepRecord]]) -> go.Figure:
 
 # ---------------------------------------------------------------- the scheduler
 
+def step_kind(r: StepRecord) -> str:
+    """'call', 'skip', or 'solo': a solo step (the solo arm, or strong-first where the strong tree was
+    sure) records no call, yet its one tree, and the features it was decided on, are the strong drafter's."""
+    d = r.decision or {}
+    if d.get("call"):
+        return "call"
+    return "solo" if r.strong_called else "skip"
+
+
+POOL_OF = {"call": "weak pool", "skip": "weak pool", "solo": "strong tree alone"}
+
+
 def decisions_table(records: list[StepRecord]) -> pd.DataFrame:
     rows = []
     for r in records:
         d = r.decision or {}
         o = d.get("oracle") or {}
         rows.append({"step": r.step, "policy": d.get("policy", "-"), "call strong": d.get("call"),
-                     "strong ran": r.strong_called, "score": d.get("score"), "threshold": d.get("threshold"),
+                     "strong ran": r.strong_called,
+                     "features of": POOL_OF[step_kind(r)] if d else "-",
+                     "score": d.get("score"), "threshold": d.get("threshold"),
                      "oracle says call": o.get("call"), "oracle delta (tokens/s)": o.get("delta"),
                      "accepted length (tokens)": r.accept_len, "step time (ms)": r.wall_s * 1e3,
                      "reason": d.get("reason", "no scheduler for this method")}
@@ -618,22 +632,27 @@ def decision_figure(records: list[StepRecord]) -> go.Figure:
                         subplot_titles=("Scheduler decision", "Outcome"))
     steps = [r.step for r in records]
     ds = [r.decision or {} for r in records]
+    kinds = [step_kind(r) for r in records]
+    color = [colors.STRONG if k != "skip" else "#999" for k in kinds]
+    symbol = ["star" if k == "solo" else "circle" for k in kinds]
     scored = any(d.get("score") is not None for d in ds)
     if scored:
         fig.add_trace(go.Scatter(x=steps, y=[d.get("score") for d in ds], mode="lines+markers",
                                  name="predicted value (score)", meta="points",
-                                 marker=dict(color=[colors.STRONG if d.get("call") else "#999" for d in ds], size=10)),
+                                 marker=dict(color=color, symbol=symbol, size=10)),
                       row=1, col=1)
         fig.add_trace(go.Scatter(x=steps, y=[d.get("threshold") for d in ds], mode="lines", name="threshold",
                                  line=dict(dash="dash", color="black")), row=1, col=1)
         ytitle = "score (scheduler units)"
     else:
-        fig.add_trace(go.Scatter(x=steps, y=[1 if d.get("call") else 0 for d in ds], mode="markers",
-                                 name="call strong (1) / skip (0)", meta="points",
-                                 marker=dict(color=[colors.STRONG if d.get("call") else "#999" for d in ds], size=12),
+        solo = "solo" in kinds
+        fig.add_trace(go.Scatter(x=steps, y=[{"skip": 0, "call": 1, "solo": 2}[k] for k in kinds], mode="markers",
+                                 name="skip (0) / call strong (1)" + (" / strong tree alone (2)" if solo else ""),
+                                 meta="points", marker=dict(color=color, symbol=symbol, size=12),
                                  hovertext=[d.get("reason", "") for d in ds], hoverinfo="text+x"), row=1, col=1)
         ytitle = "decision"
-        fig.update_yaxes(range=[-0.5, 1.5], tickvals=[0, 1], ticktext=["skip", "call"], row=1, col=1)
+        fig.update_yaxes(range=[-0.5, 2.5 if solo else 1.5], tickvals=[0, 1, 2][:3 if solo else 2],
+                         ticktext=["skip", "call", "strong alone"][:3 if solo else 2], row=1, col=1)
     fig.add_trace(go.Bar(x=steps, y=[r.accept_len for r in records], name="accepted length (tokens)",
                          marker_color=[colors.STRONG if r.strong_called else colors.WEAK for r in records]), row=2, col=1)
     oracle = [(r.step, d["oracle"]) for r, d in zip(records, ds) if d.get("oracle")]
@@ -662,21 +681,31 @@ FEATURE_UNITS = {"root_top1": "probability", "root_entropy": "nats", "pool_mass_
 
 def features_figure(records: list[StepRecord]) -> go.Figure:
     """The scheduler's input features over the steps, one small panel each (their scales differ)."""
-    steps = [r.step for r in records if r.decision]
-    feats = [r.decision.get("features") or {} for r in records if r.decision]
+    decided = [r for r in records if r.decision]
+    steps = [r.step for r in decided]
+    feats = [r.decision.get("features") or {} for r in decided]
+    solo = [step_kind(r) == "solo" for r in decided]
     names = sorted({k for f in feats for k in f})
     cols = 4
     rows = max(1, math.ceil(len(names) / cols))
     fig = make_subplots(rows=rows, cols=cols, shared_xaxes=True, vertical_spacing=0.18, horizontal_spacing=0.07,
                         subplot_titles=[f"{n} ({FEATURE_UNITS.get(n, 'value')})" for n in names] or ["no features"])
     for i, name in enumerate(names):
+        # On a solo step the pool features were computed on the strong drafter's tree, not a weak pool:
+        # marked apart, so a jump there is not read as the weak drafter's.
         fig.add_trace(go.Scatter(x=steps, y=[f.get(name) for f in feats], mode="lines+markers", name=name,
-                                 meta="points", showlegend=False), row=i // cols + 1, col=i % cols + 1)
+                                 meta="points", showlegend=False,
+                                 marker=dict(symbol=["star" if s else "circle" for s in solo],
+                                             color=[colors.STRONG if s else colors.WEAK for s in solo])),
+                      row=i // cols + 1, col=i % cols + 1)
     fig.update_xaxes(title_text="step", row=rows)
     fig.update_xaxes(dtick=1 if len(steps) <= 30 else None)
     fig.update_annotations(font_size=11)
-    fig.update_layout(title="Scheduler features per step", height=200 + 190 * rows,
-                      meta={"kind": "features", "points": len(steps)}, margin=dict(t=80, b=40))
+    title = "Scheduler features per step"
+    if any(solo):
+        title += " (stars: a solo step, its features read on the strong drafter's tree)"
+    fig.update_layout(title=title, height=200 + 190 * rows,
+                      meta={"kind": "features", "points": len(steps), "solo_steps": sum(solo)}, margin=dict(t=80, b=40))
     return fig
 
 
