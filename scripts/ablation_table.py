@@ -7,6 +7,7 @@ drafter's seconds per step); and, where a run has several rounds per prompt, the
 each round's wall time over the same round's `ar` (a drift of the machine's speed between rounds cancels).
 
   .venv/bin/python scripts/ablation_table.py runs/ablate16 > docs/bench/ablate16/table.md
+  .venv/bin/python scripts/ablation_table.py docs/bench/live17 docs/bench/all24   # the pairs of both
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import statistics
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 
@@ -103,6 +105,54 @@ def round_rows(runs: list[Path]) -> str:
             + "|---" * (head.count("|") - 1) + "|\n" + "\n".join(lines) + "\n\n")
 
 
+def bootstrap(df: pd.DataFrame, n: int = 2000, seed: int = 0) -> dict[str, np.ndarray] | None:
+    """`learned` over the best of the four and over the oracle net, on n resamples of the pair's
+    prompts (with replacement, each resample pooled like the table): how much of a margin is which
+    prompts happened to be drawn. None where the run lacks a method these need."""
+    need = SPEED + ["ar"]
+    if not set(need) <= set(df["method"]):
+        return None
+    wall = df.pivot_table(index="prompt_id", columns="method", values="wall_s", aggfunc="first")
+    tokens = df.pivot_table(index="prompt_id", columns="method", values="new_tokens", aggfunc="first")
+    keep = wall[need].notna().all(axis=1)
+    wall, tokens = wall[keep], tokens[keep]
+    idx = np.random.default_rng(seed).integers(0, len(wall), size=(n, len(wall)))
+
+    def tps(m, w=None):
+        w = wall[m].to_numpy() if w is None else w
+        return tokens[m].to_numpy()[idx].sum(1) / w[idx].sum(1)
+    best4 = np.max([tps(m) for m in SPEED[:4]], axis=0)
+    out = {"best": tps("treegraft:learned") / best4}
+    if "treegraft:oracle" in wall.columns and "oracle_extra_s" in df and wall["treegraft:oracle"].notna().all():
+        extra = df[df.method == "treegraft:oracle"].set_index("prompt_id")["oracle_extra_s"].reindex(wall.index)
+        out["oracle"] = tps("treegraft:learned") / tps("treegraft:oracle",
+                                                        (wall["treegraft:oracle"] - extra).to_numpy())
+    return out
+
+
+def bootstrap_rows(runs: list[Path]) -> str:
+    lines = []
+    for run in runs:
+        b = bootstrap(pd.read_csv(run / "results.csv"))
+        if b is None:
+            continue
+        lo, hi = np.percentile(b["best"], [2.5, 97.5])
+        cells = [f"{lo:.2f}-{hi:.2f}", f"{(b['best'] >= 1).mean():.0%}"]
+        if "oracle" in b:
+            olo, ohi = np.percentile(b["oracle"], [2.5, 97.5])
+            cells += [f"{olo:.2f}-{ohi:.2f}", f"{(b['oracle'] >= 0.95).mean():.0%}"]
+        else:
+            cells += ["", ""]
+        lines.append(f"| {run.name} | " + " | ".join(cells) + " |")
+    if not lines:
+        return ""
+    head = ("| pair | learned / best of the four, 95% interval | resamples with learned >= best of the four "
+            "| learned / oracle net, 95% interval | resamples with learned >= 0.95 of the oracle net |")
+    return ("## How much of it is the draw of prompts (bootstrap: 2000 resamples of each pair's prompts with "
+            "replacement, seed 0, each pooled as above; timing noise between runs is not in it)\n\n" + head + "\n"
+            + "|---" * (head.count("|") - 1) + "|\n" + "\n".join(lines) + "\n\n")
+
+
 def table(runs: list[Path]) -> str:
     blocks, ratios = [], {}
     for run in runs:
@@ -128,16 +178,24 @@ def table(runs: list[Path]) -> str:
         cells = [f"{per[n]:.3f}" if n in per else "" for n in names]
         mean = sum(per.values()) / len(per)
         head.append(f"| {m} | " + " | ".join(cells) + f" | {mean:.3f}" + ("" if len(per) == len(names) else " (partial)") + " |")
-    return "\n".join(head) + "\n\n" + speed_rows(runs) + round_rows(runs) + "\n".join(blocks)
+    return ("\n".join(head) + "\n\n" + speed_rows(runs) + round_rows(runs) + bootstrap_rows(runs)
+            + "\n".join(blocks))
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("root", help="a directory of bench runs, one per pair")
+    ap.add_argument("roots", nargs="+", help="directories of bench runs, one run per pair")
     a = ap.parse_args(argv)
-    runs = sorted(p.parent for p in Path(a.root).glob("*/results.csv"))
-    if not runs:
-        print(f"error: no bench runs (*/results.csv) under {a.root}", file=sys.stderr)
+    found = {root: sorted(p.parent for p in Path(root).glob("*/results.csv")) for root in a.roots}
+    for root, runs in found.items():
+        if not runs:
+            print(f"error: no bench runs (*/results.csv) under {root}", file=sys.stderr)
+            return 2
+    runs = sorted((r for rs in found.values() for r in rs), key=lambda r: r.name)
+    names = [r.name for r in runs]
+    if len(set(names)) < len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        print(f"error: pairs under more than one of the roots: {', '.join(twice)}", file=sys.stderr)
         return 2
     print(table(runs))
     return 0

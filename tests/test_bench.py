@@ -6,6 +6,7 @@ import csv
 import importlib.util
 import json
 import re
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -374,3 +375,77 @@ def test_oracle_luck_counts_what_the_faster_reading_of_one_forward_saved():
     readings_s = 4 * (0.01 + 0.01 + 0.12) + 4 * (0.01 + 0.01 + 0.08)
     assert r["tie luck"][0] == pytest.approx(4 * (0.11 - 0.10) / readings_s)
     assert r["by its readings"][0] > r["by the model, verify"][0]
+
+
+def test_merge_runs_joins_two_prompt_sets_of_one_configuration_or_writes_nothing(tmp_path, capsys):
+    """scripts/merge_runs.py on the committed halves of the qwen-coder trio's 24 held-out prompts: the
+    merged run's table is the committed table-24.md, made by concatenating the files; merging a run
+    with itself (the same prompts twice), runs of another setting, or into an existing directory is
+    refused with the reason, and leaves nothing behind."""
+    spec = importlib.util.spec_from_file_location("merge_runs", "scripts/merge_runs.py")
+    merge = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(merge)
+    spec = importlib.util.spec_from_file_location("ablation_table", "scripts/ablation_table.py")
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    pair = "qwen-coder__ngram_qwen-0.5b"
+    a, b = Path("docs/bench/live16") / pair, Path("docs/bench/live17-qwen") / pair
+    out = tmp_path / "m" / pair
+    assert merge.main([str(out), str(a), str(b)]) == 0
+    assert "gen.sure is recorded by one of" in capsys.readouterr().out  # live16 predates strong-first
+    assert len(read_rows(out)) == len(read_rows(a)) + len(read_rows(b)) == 24 * 7
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["prompts"] == 24 and [p["prompts"] for p in cfg["parts"]] == [12, 12]
+    assert {"summary.csv", "provenance.md", "outputs.jsonl"} <= {p.name for p in out.iterdir()}
+    committed = Path("docs/bench/live17-qwen/table-24.md").read_text()
+    assert table.speed_rows([out]).strip() in committed and table.round_rows([out]).strip() in committed
+
+    def refused(args, why):
+        assert merge.main([str(x) for x in args]) == 2
+        assert why in capsys.readouterr().err
+        assert not [p for p in tmp_path.rglob("*.merging")]
+
+    refused([tmp_path / "twice", a, a], "is in both")
+    assert not (tmp_path / "twice").exists()
+    refused([out, a, b], "exists")
+    other = tmp_path / "other"
+    other.mkdir()
+    for f in ("results.csv", "outputs.jsonl"):
+        (other / f).write_bytes((b / f).read_bytes())
+    c = json.loads((b / "config.json").read_text())
+    c["gen"]["depth"] = 6
+    (other / "config.json").write_text(json.dumps(c))
+    refused([tmp_path / "mixed", a, other], "gen.depth: 10 vs 6")
+    refused([tmp_path / "none", a, tmp_path / "nowhere"], "has no results.csv")
+
+
+def test_bootstrap_of_learned_over_the_best_fixed_method_is_the_draw_of_prompts(tmp_path):
+    """scripts/ablation_table.py's bootstrap: where `learned` is 1.25x every other method on every prompt
+    and the oracle net is exactly `learned`'s, no draw of prompts moves the ratios; where it wins on some
+    prompts and loses on others, the interval straddles 1 and only some resamples have it ahead."""
+    spec = importlib.util.spec_from_file_location("ablation_table", "scripts/ablation_table.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    four = ["tree-weak", "tree-strong", "treegraft:never", "treegraft:always"]
+
+    def frame(learned_wall):
+        rows = []
+        for p in range(10):
+            w = 1.0 + p  # prompts of different lengths: pooling weighs them by their walls
+            rows += [{"prompt_id": f"p{p}", "method": m, "new_tokens": 32, "wall_s": w, "oracle_extra_s": 0.0}
+                     for m in ["ar"] + four]
+            rows.append({"prompt_id": f"p{p}", "method": "treegraft:learned", "new_tokens": 32,
+                         "wall_s": learned_wall(p, w), "oracle_extra_s": 0.0})
+            rows.append({"prompt_id": f"p{p}", "method": "treegraft:oracle", "new_tokens": 32,
+                         "wall_s": 3 * learned_wall(p, w), "oracle_extra_s": 2 * learned_wall(p, w)})
+        return pd.DataFrame(rows)
+
+    sure = mod.bootstrap(frame(lambda p, w: 0.8 * w), n=200)
+    assert sure["best"] == pytest.approx([1.25] * 200) and sure["oracle"] == pytest.approx([1.0] * 200)
+    mixed = mod.bootstrap(frame(lambda p, w: 0.8 * w if p % 2 else 1.25 * w), n=500)["best"]
+    assert mixed.min() < 1.0 < mixed.max() and 0.0 < (mixed >= 1).mean() < 1.0
+    assert mod.bootstrap(frame(lambda p, w: w).query("method != 'treegraft:never'")) is None
+    d = tmp_path / "pair"
+    d.mkdir()
+    frame(lambda p, w: 0.8 * w).to_csv(d / "results.csv", index=False)
+    assert "| pair | 1.25-1.25 | 100% | 1.00-1.00 | 100% |" in mod.bootstrap_rows([d])
