@@ -445,7 +445,19 @@ def test_bootstrap_of_learned_over_the_best_fixed_method_is_the_draw_of_prompts(
     mixed = mod.bootstrap(frame(lambda p, w: 0.8 * w if p % 2 else 1.25 * w), n=500)["best"]
     assert mixed.min() < 1.0 < mixed.max() and 0.0 < (mixed >= 1).mean() < 1.0
     assert mod.bootstrap(frame(lambda p, w: w).query("method != 'treegraft:never'")) is None
+    # Rounds redrawn too: rounds that all read the picked wall change nothing; a learned whose other
+    # round is slow (the bench keeps the faster of two) loses its lead wherever both draws are slow.
+    df = frame(lambda p, w: 0.8 * w)
+    same = {(r.prompt_id, r.method): [r.wall_s, r.wall_s] for r in df.itertuples()}
+    assert mod.bootstrap(df, n=200, rounds=same)["best"] == pytest.approx(sure["best"])
+    slow = same | {(p, m): [w[0], 2 * w[0]] for (p, m), w in same.items() if m == "treegraft:learned"}
+    shaky = mod.bootstrap(df, n=500, rounds=slow)["best"]
+    assert shaky.min() < 1.0 < shaky.max() and "oracle" not in mod.bootstrap(df, rounds=slow)
     d = tmp_path / "pair"
     d.mkdir()
-    frame(lambda p, w: 0.8 * w).to_csv(d / "results.csv", index=False)
-    assert "| pair | 1.25-1.25 | 100% | 1.00-1.00 | 100% |" in mod.bootstrap_rows([d])
+    df.to_csv(d / "results.csv", index=False)
+    assert "| pair | 1.25-1.25 | 100% | 1.00-1.00 | 100% |  |  |" in mod.bootstrap_rows([d])
+    (d / "outputs.jsonl").write_text("\n".join(json.dumps({"prompt_id": p, "method": m, "token_ids": [1] * 32,
+                                                           "walls_s": w}) for (p, m), w in same.items()))
+    assert mod.round_walls(d) == same
+    assert "| pair | 1.25-1.25 | 100% | 1.00-1.00 | 100% | 1.25-1.25 | 100% |" in mod.bootstrap_rows([d])
