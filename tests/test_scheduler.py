@@ -527,6 +527,9 @@ def test_choose_writes_the_fastest_arm_of_a_validation_run(rows, tmp_path):
     assert saved["arm"] == "solo" and saved["rates"]["gain"] == pytest.approx(4.0) and saved["prompts"] == 2
     report = (tmp_path / "s" / "REPORT.md").read_text()
     assert "**solo**" in report and "PER_SUITE=2 REPEATS=1 scripts/choose_arms.sh" in report
+    # two prompts alike: every redraw of them ranks solo first
+    assert saved["first"]["solo"] == 1.0 and sum(saved["first"].values()) == pytest.approx(1.0)
+    assert "**solo** ranks first in 100% of the draws" in report and "| solo | tree-strong | 5.00 | 100% |" in report
     policy = load_learned(tmp_path / "s" / "scheduler.json")
     assert policy.arm == "solo" and policy.first and policy.gain.kappa == art["kappa"]
     with pytest.raises(ValueError, match="treegraft:learned"):
@@ -571,3 +574,25 @@ def test_choose_pools_earlier_runs_of_the_same_prompts_by_relative_speed(rows, t
     assert main(["choose", "--compare", new, "--pool", other, "--scheduler", str(tmp_path / "s")]) == 2
     with pytest.raises(ValueError, match="share no fixed arm"):
         pooled_scores({"never": 1.0, "gain": 2.0}, [{"always": 1.0}])
+
+
+def test_arm_certainty_says_when_the_choice_of_arm_is_a_coin_toss(rows):
+    """Two arms that each win on half of the prompts by the same margin: a redraw of the prompts ranks
+    either first about as often; one that wins on every prompt ranks first in every redraw; a pooled
+    run redrawn alongside (the same prompts) can overturn a lead."""
+    import pandas as pd
+    from treegraft.scheduler_train import arm_certainty
+
+    def frame(walls):
+        return pd.DataFrame([{"prompt_id": p, "method": m, "new_tokens": 10, "wall_s": w}
+                             for p, per in walls.items() for m, w in per.items()])
+    split = {f"p{i}": {"treegraft:never": 2.0 if i % 2 else 3.0, "treegraft:always": 3.0 if i % 2 else 2.0,
+                       "treegraft:learned": 9.0} for i in range(10)}
+    first = arm_certainty(frame(split), n=400)
+    assert set(first) == {"never", "always", "gain"} and first["gain"] == 0.0
+    assert 0.3 < first["never"] < 0.7 and first["never"] + first["always"] == pytest.approx(1.0)
+    clear = {p: per | {"treegraft:never": 1.5} for p, per in split.items()}
+    assert arm_certainty(frame(clear), n=400)["never"] == 1.0
+    # an earlier run of the same prompts where always is twice as fast relative to never: pooled, always leads
+    earlier = {p: {"treegraft:never": 4.0, "treegraft:always": 1.0} for p in split}
+    assert arm_certainty(frame(clear), [frame(earlier)], n=400)["always"] == 1.0

@@ -568,6 +568,30 @@ def pooled_scores(rates: dict, earlier: list[dict]) -> dict:
     return {k: float(np.mean([x[k] for x in rel if k in x])) for k in rates}
 
 
+def arm_certainty(df, earlier: list = (), n: int = 1000, seed: int = 0) -> dict:
+    """How often each arm ranks first (as choose_arm ranks) when the validation prompts are redrawn
+    with replacement, n times, the same draw in every pooled run: a choice between arms a few percent
+    apart is often a coin toss, and the report should say so."""
+    prompts = sorted(set(df[df["method"] == "treegraft:learned"]["prompt_id"]))
+    idx = np.random.default_rng(seed).integers(0, len(prompts), size=(n, len(prompts)))
+    tables = []
+    for f in [df, *earlier]:
+        t = {}
+        for method in f["method"].unique():
+            if arm_of(method):
+                g = f[f["method"] == method].set_index("prompt_id").reindex(prompts)
+                # a prompt a method lacks adds nothing to its sums, as in arm_rates
+                t[arm_label(*arm_of(method))] = (np.nan_to_num(g["new_tokens"].to_numpy(float))[idx].sum(1),
+                                                 np.nan_to_num(g["wall_s"].to_numpy(float))[idx].sum(1))
+        tables.append(t)
+    wins = {k: 0 for k in tables[0]}
+    for b in range(n):
+        rates = [{k: tok[b] / wall[b] for k, (tok, wall) in t.items()} for t in tables]
+        score = pooled_scores(rates[0], rates[1:]) if len(earlier) else rates[0]
+        wins[max(score, key=score.get)] += 1
+    return {k: v / n for k, v in wins.items()}
+
+
 def choose_arm(df, earlier: list = ()) -> dict:
     """The fastest arm among the methods of a validation run that are arms (arm_of); treegraft:learned
     there must be the gain rule. With earlier runs of the same prompts (`earlier`: their frames), the
@@ -583,7 +607,7 @@ def choose_arm(df, earlier: list = ()) -> dict:
                              "same prompts")
     score = pooled_scores(rates, [arm_rates(e)[0] for e in earlier]) if len(earlier) else rates
     arm, knobs = params[max(score, key=score.get)]
-    chosen = {"arm": arm, **knobs, "rates": rates, "prompts": len(prompts)}
+    chosen = {"arm": arm, **knobs, "rates": rates, "prompts": len(prompts), "first": arm_certainty(df, earlier)}
     return chosen | ({"pooled": score} if len(earlier) else {})
 
 
@@ -636,12 +660,19 @@ def arm_report(chosen: dict, df) -> str:
         lines += ["", f"Ranked by speed relative to each run's fixed arms, averaged with the earlier runs of the same "
                       f"prompts (the gain rule from this run alone): `python -m treegraft scheduler choose --compare "
                       f"{chosen['source']} {runs} --scheduler <dir>`."]
-    lines += ["", "| arm | method | tokens/s | " + ("relative speed, pooled | " if pooled else "") + "strong calls / step |",
-              "|---|---|---|" + ("---|" if pooled else "") + "---|"]
+    first = chosen.get("first")
+    if first:
+        best = max(score, key=score.get)
+        lines += ["", f"How sure: with the validation prompts redrawn 1000 times (with replacement, seed 0, the same "
+                      f"draw in every pooled run), **{best}** ranks first in {first.get(best, 0.0):.0%} of the draws."]
+    lines += ["", "| arm | method | tokens/s | " + ("relative speed, pooled | " if pooled else "")
+              + ("first in redraws | " if first else "") + "strong calls / step |",
+              "|---|---|---|" + ("---|" if pooled else "") + ("---|" if first else "") + "---|"]
     for method, arm in arms.items():
         g, label = df[df["method"] == method], arm_label(*arm)
         lines.append(f"| {label} | {method} | {chosen['rates'][label]:.2f} | "
                      + (f"{score[label]:.3f} | " if pooled else "")
+                     + (f"{first.get(label, 0.0):.0%} | " if first else "")
                      + f"{g['strong_calls'].sum() / g['target_forwards'].sum():.2f} |")
     return "\n".join(lines) + "\n"
 
