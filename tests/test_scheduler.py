@@ -532,6 +532,7 @@ def test_choose_writes_the_fastest_arm_of_a_validation_run(rows, tmp_path):
     assert "**solo** ranks first in 100% of the draws" in report and "| solo | tree-strong | 5.00 | 100% |" in report
     policy = load_learned(tmp_path / "s" / "scheduler.json")
     assert policy.arm == "solo" and policy.first and policy.gain.kappa == art["kappa"]
+    assert policy.certainty == 1.0 and "first in 100% of redraws of those prompts" in policy.why()
     with pytest.raises(ValueError, match="treegraft:learned"):
         choose_arm(pd.DataFrame({c: [] for c in COLUMNS}))
 

@@ -379,6 +379,7 @@ class ArmChoice(Policy):
     unsure: float = 2.0  # the when-unsure arm's threshold (tokens the weak tree expects)
     sure: float = 3.0    # the strong-first arm's threshold (tokens the strong tree expects)
     pooled: dict | None = None  # with earlier validation runs: each arm's speed relative to its run's fixed arms
+    certainty: float | None = None  # how often this arm ranked first over redraws of the validation prompts
 
     def __post_init__(self):
         if self.arm not in ARMS.values():
@@ -388,12 +389,13 @@ class ArmChoice(Policy):
                      "strong-first": StrongFirst(self.sure, self.unsure)}.get(self.arm)
 
     def why(self) -> str:
+        sure = "" if self.certainty is None else f"; first in {self.certainty:.0%} of redraws of those prompts"
         if self.pooled:
             rel = ", ".join(f"{a} {r:.3f}" for a, r in sorted(self.pooled.items(), key=lambda kv: -kv[1]))
             return (f"arm '{self.arm}': the fastest for this pair on validation prompts, over several runs "
-                    f"(speed relative to each run's fixed arms: {rel})")
+                    f"(speed relative to each run's fixed arms: {rel}{sure})")
         rates = ", ".join(f"{a} {r:.2f}" for a, r in sorted(self.rates.items(), key=lambda kv: -kv[1]))
-        return f"arm '{self.arm}': the fastest for this pair on validation prompts (tokens/s: {rates})"
+        return f"arm '{self.arm}': the fastest for this pair on validation prompts (tokens/s: {rates}{sure})"
 
     def alone(self, feats: dict, step: int) -> Decision | None:
         if self.arm == "solo":
@@ -444,9 +446,11 @@ def load_learned(path: str | Path | None = None) -> Policy:
     d = json.loads(p.read_text())
     policy = (GainPolicy if d.get("kind") == "gain" else LearnedPolicy).from_dict(d, source=str(p))
     if "arm" in d:
-        return ArmChoice(d["arm"]["arm"], d["arm"]["rates"], policy, source=str(p),
-                         unsure=d["arm"].get("unsure", 2.0), sure=d["arm"].get("sure", 3.0),
-                         pooled=d["arm"].get("pooled"))
+        a = d["arm"]
+        score = a.get("pooled") or a["rates"]
+        return ArmChoice(a["arm"], a["rates"], policy, source=str(p), unsure=a.get("unsure", 2.0),
+                         sure=a.get("sure", 3.0), pooled=a.get("pooled"),
+                         certainty=(a.get("first") or {}).get(max(score, key=score.get)))
     return policy
 
 
