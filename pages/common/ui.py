@@ -18,7 +18,7 @@ from treegraft import viz
 from treegraft.options import encode_prompt
 from treegraft.engine import METHODS, ConfigError, Engine, GenConfig
 from treegraft.graft import GraftConfig
-from treegraft.models import ModelLoadError, load_trio
+from treegraft.models import INT8_ROLES, ModelLoadError, load_trio
 from treegraft.trios import TRIOS
 from treegraft.record import StepRecord, dumps_trace
 
@@ -72,7 +72,7 @@ def defaults() -> dict:
     return {"trio": "smollm2", "target": "default", "weak": "default", "strong": "default",
             # Env overrides let tests and headless runs pin device/dtype without clicking.
             "device": os.environ.get("TREEGRAFT_DEVICE", "auto"),
-            "dtype": os.environ.get("TREEGRAFT_DTYPE", "auto"),
+            "dtype": os.environ.get("TREEGRAFT_DTYPE", "auto"), "int8": "none",
             # The app teaches: its default policy calls the strong drafter on every step, so its work
             # (rescored, recovered, grafted nodes) is on screen from the first Step. The distilled
             # scheduler (`learned`, the CLI's default) is one click away in the sidebar.
@@ -150,6 +150,9 @@ def settings_sidebar(page: str) -> dict:
         _widget(st.selectbox, "Device", "device", seed, options=["auto", "cpu", "cuda"])
         _widget(st.selectbox, "Dtype", "dtype", seed, options=["auto", "float32", "bfloat16"],
                 help="auto = bfloat16 where the CPU/GPU has it; exactness checks want float32")
+        _widget(st.selectbox, "int8 drafters (CPU)", "int8", seed, options=list(INT8_ROLES),
+                help="run these standalone drafters (e.g. qwen-coder-0.5b) in int8 on the CPU: faster drafting, "
+                     "maybe fewer accepted tokens; the target is never quantized, so the output is unchanged")
     with sb.expander("Tree and decoding", expanded=True):
         _widget(st.selectbox, "Method", "method", seed, options=list(METHODS))
         _widget(st.selectbox, "Scheduler policy", "policy", seed, options=policies(),
@@ -218,17 +221,18 @@ def make_config(s: dict, **override) -> GenConfig:
 # ---------------------------------------------------------------- models
 
 @st.cache_resource(show_spinner=False, max_entries=1)  # one trio in memory: qwen-coder alone is ~11 GB
-def cached_trio(trio: str, target: str, weak: str, strong: str, device: str, dtype: str):
+def cached_trio(trio: str, target: str, weak: str, strong: str, device: str, dtype: str, int8: str = "none"):
     threads = os.environ.get("TREEGRAFT_THREADS")
     if threads:  # a busy shared CPU runs small models faster on fewer threads
         import torch
         torch.set_num_threads(int(threads))
     return load_trio(target.strip(), weak.strip(), strong.strip(),
-                     None if device == "auto" else device, None if dtype == "auto" else dtype, trio=trio)
+                     None if device == "auto" else device, None if dtype == "auto" else dtype, trio=trio,
+                     int8=int8)
 
 
 def trio_for(s: dict):
-    specs = tuple(s[k] for k in ("trio", "target", "weak", "strong", "device", "dtype"))
+    specs = tuple(s[k] for k in ("trio", "target", "weak", "strong", "device", "dtype")) + (s.get("int8", "none"),)
     if any(not str(x).strip() for x in specs[1:4]):
         raise ModelLoadError("a model field is empty; use 'default', a local path or a cached Hugging Face id")
     with st.spinner(f"Loading models (trio {specs[0]}: target {specs[1]}, weak {specs[2]}, strong {specs[3]}) ..."):

@@ -1,0 +1,130 @@
+"""An fp32 vs an int8 strong drafter, side by side in one run: one target loaded once, the same
+drafter loaded twice (fp32 on the CPU fast path; int8 by treegraft.quantize), the same prompts and
+methods, interleaved prompt by prompt with the two drafters alternating, greedy, `--budget auto`.
+Prints tokens/s over `ar` of each, tau, the strong drafter's seconds per target forward, and checks
+every output equals `ar`'s (the target's own greedy decoding).
+
+    TREEGRAFT_THREADS=2 .venv/bin/python scripts/int8_bench.py --trio qwen-coder --weak ngram \\
+        --strong qwen-coder-0.5b --limit 2 --max-new-tokens 32 --out runs/int8/side_by_side.jsonl
+
+Rows are appended to --out as each (prompt, method, drafter) finishes; rerunning the same command
+skips the rows already there (an interrupted run resumes), then prints the table from the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from a clone
+
+from treegraft.bench.prompts import SUITES, load_suite
+from treegraft.engine import Engine, GenConfig
+from treegraft.fastpath import pack_models
+from treegraft.models import load_drafter, load_trio
+from treegraft.options import encode_prompt
+from treegraft.quantize import quantize_drafter
+
+METHODS = ("ar", "tree-strong", "treegraft:always", "treegraft:learned")
+
+
+def config(method: str, max_new: int, depth: int) -> GenConfig:
+    name, _, policy = method.partition(":")
+    return GenConfig(method=name, policy=policy or "always", max_new_tokens=max_new, budget=64,
+                     auto_budget=True, depth=depth, record_stages=False)
+
+
+def run_one(trio, ids: list[int], method: str, max_new: int, depth: int) -> dict:
+    engine = Engine(trio, config(method, max_new, depth))
+    t = time.perf_counter()
+    records = list(engine.generate(ids))
+    wall = time.perf_counter() - t
+    strong_s = sum(r.times.get("draft_strong", 0.0) for r in records)
+    return {"new_tokens": len(engine.new_tokens), "target_forwards": len(records), "wall_s": wall,
+            "strong_s": strong_s, "strong_calls": sum(r.strong_called for r in records),
+            "output": engine.new_tokens}
+
+
+def table(rows: list[dict], methods: list[str]) -> str:
+    ar = {r["prompt"]: r for r in rows if r["method"] == "ar"}
+    lines = ["| method | strong drafter | prompts | tokens/s over ar (pooled) | tau | strong s per target forward "
+             "| strong calls | outputs equal ar's |", "|---|---|---|---|---|---|---|---|"]
+    for m in methods[1:]:
+        for kind in ("fp32", "int8"):
+            rs = [r for r in rows if r["method"] == m and r["drafter"] == kind and r["prompt"] in ar]
+            if not rs:
+                continue
+            ar_tok = sum(ar[r["prompt"]]["new_tokens"] for r in rs) / sum(ar[r["prompt"]]["wall_s"] for r in rs)
+            tok = sum(r["new_tokens"] for r in rs) / sum(r["wall_s"] for r in rs)
+            fwd = sum(r["target_forwards"] for r in rs)
+            same = sum(r["output"] == ar[r["prompt"]]["output"] for r in rs)
+            lines.append(f"| {m} | {kind} | {len(rs)} | {tok / ar_tok:.3f} | {sum(r['new_tokens'] for r in rs) / fwd:.2f} "
+                         f"| {sum(r['strong_s'] for r in rs) / fwd:.3f} "
+                         f"| {'every step' if m == 'tree-strong' else format(sum(r['strong_calls'] for r in rs) / fwd, '.0%')} "
+                         f"| {same}/{len(rs)} |")
+    for m in methods[1:]:
+        by = {k: {r["prompt"]: r for r in rows if r["method"] == m and r["drafter"] == k} for k in ("fp32", "int8")}
+        both = sorted(set(by["fp32"]) & set(by["int8"]))
+        if both:
+            ratio = (sum(by["fp32"][p]["wall_s"] for p in both) / sum(by["int8"][p]["wall_s"] for p in both))
+            lines.append(f"\n{m}: int8 / fp32 tokens/s = {ratio:.3f} over {len(both)} prompts")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trio", default="qwen-coder")
+    ap.add_argument("--weak", default="ngram")
+    ap.add_argument("--strong", default="qwen-coder-0.5b")
+    ap.add_argument("--methods", default=",".join(METHODS), help="comma-separated; ar first")
+    ap.add_argument("--limit", type=int, default=2, help="prompts per set (all six sets)")
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--depth", type=int, default=10)
+    ap.add_argument("--out", required=True, help="JSONL of finished rows (resumable)")
+    a = ap.parse_args()
+    methods = a.methods.split(",")
+    if methods[0] != "ar":
+        raise SystemExit("--methods must start with ar (every output is checked against it)")
+    if os.environ.get("TREEGRAFT_THREADS"):
+        torch.set_num_threads(int(os.environ["TREEGRAFT_THREADS"]))
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+    keys = {(r["prompt"], r["method"], r["drafter"]) for r in done}
+    prompts = [p for s in SUITES for p in load_suite(s, a.limit)]
+    fp32 = load_trio(trio=a.trio, weak=a.weak, strong=a.strong, dtype="float32", device="cpu")
+    drafter = load_drafter(a.strong, "strong", fp32.target, fp32.device, fp32.dtype)
+    quantize_drafter(drafter, fp32.target, "strong")
+    if fp32.kernels == "packed":
+        pack_models([drafter])                 # its fp32 Linears (the down projections), like the other one
+    int8 = dataclasses.replace(fp32, strong=drafter, names=fp32.names | {"strong": fp32.names["strong"] + " (int8)"})
+    trios = {"fp32": fp32, "int8": int8}
+    print(f"{len(prompts)} prompts x {methods}: {fp32.names}, kernels {fp32.kernels}, "
+          f"{torch.get_num_threads()} threads", file=sys.stderr)
+    with out.open("a") as f:
+        for i, p in enumerate(prompts):
+            ids = encode_prompt(fp32.tokenizer, p.text, raw=False)
+            for m in methods:
+                # the two drafters alternate which goes first, so a drifting machine slows both alike
+                for kind in (("fp32", "int8") if i % 2 == 0 else ("int8", "fp32")):
+                    if m == "ar" and kind == "int8" or (p.id, m, kind) in keys:
+                        continue
+                    row = {"prompt": p.id, "method": m, "drafter": kind} | run_one(trios[kind], ids, m, a.max_new_tokens, a.depth)
+                    f.write(json.dumps(row) + "\n")
+                    f.flush()
+                    done.append(row)
+                    print(f"{p.id} {m} {kind}: {row['new_tokens'] / row['wall_s']:.2f} tokens/s", file=sys.stderr)
+    print(f"{a.trio}: weak {a.weak}, strong {a.strong}; fp32, {len(prompts)} prompts x {a.max_new_tokens} new tokens, "
+          f"{torch.get_num_threads()} threads, kernels {fp32.kernels}")
+    print(table(done, methods))
+
+
+if __name__ == "__main__":
+    main()
