@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
-import warnings
 from pathlib import Path
 
 import torch
@@ -21,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from a clone
 
 from treegraft.models import load_model, load_tokenizer  # noqa: E402
+from treegraft.quantize import quantize_linears  # noqa: E402
 
 VARIANTS = {
     "every Linear": lambda n: True,
@@ -53,10 +53,7 @@ def main() -> None:
         print(f"  fp32: {(base(ids).logits[0].argmax(-1) == want).float().mean():.3f}")
         for label, keep in VARIANTS.items():
             model = copy.deepcopy(base)
-            spec = {n: torch.ao.quantization.per_channel_dynamic_qconfig for n in names if keep(n)}
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                torch.ao.quantization.quantize_dynamic(model, spec, dtype=torch.qint8, inplace=True)
+            quantize_linears(model, [n for n in names if keep(n)])
             print(f"  int8, {label}: {(model(ids).logits[0].argmax(-1) == want).float().mean():.3f}")
             del model
 

@@ -35,7 +35,7 @@ def int8_available() -> bool:
     return "fbgemm" in torch.backends.quantized.supported_engines or "x86" in torch.backends.quantized.supported_engines
 
 
-def shares_modules(model: nn.Module, other: nn.Module) -> bool:
+def shares_weights(model: nn.Module, other: nn.Module) -> bool:
     mine = {id(p) for p in model.parameters()} | {id(b) for b in model.buffers()}
     return any(id(p) in mine for p in other.parameters())
 
@@ -49,13 +49,20 @@ def quantize_drafter(model: nn.Module, target: nn.Module, role: str) -> int:
         where = "no weights" if first is None else f"{first.device.type} {str(first.dtype).replace('torch.', '')}"
         raise ModelLoadError(f"--int8 quantizes fp32 drafters on the CPU only; the {role} drafter is {where} "
                              "(on a GPU use --dtype bfloat16)")
-    if shares_modules(model, target):
+    if shares_weights(model, target):
         raise ModelLoadError(f"the {role} drafter shares weights with the target (a layer-skip or distilled "
                              "drafter): quantizing it would change the target's own layers or copy the shared "
                              "ones; --int8 takes a standalone drafter such as qwen-coder-0.5b")
     names = {n for n, m in model.named_modules() if isinstance(m, nn.Linear) and not n.endswith(KEEP_FP32)}
     if not names:
         raise ModelLoadError(f"the {role} drafter has no Linear layer to quantize")
+    quantize_linears(model, names)
+    model.treegraft_int8 = len(names)
+    return len(names)
+
+
+def quantize_linears(model: nn.Module, names) -> None:
+    """These named Linears of the model become dynamic int8 (per-channel weights), in place; no checks."""
     engine = "x86" if "x86" in torch.backends.quantized.supported_engines else "fbgemm"
     torch.backends.quantized.engine = engine
     spec = {n: torch.ao.quantization.per_channel_dynamic_qconfig for n in names}
@@ -64,5 +71,3 @@ def quantize_drafter(model: nn.Module, target: nn.Module, role: str) -> int:
         # its dynamic int8 Linear is still PyTorch's own CPU kernel.
         warnings.simplefilter("ignore")
         torch.ao.quantization.quantize_dynamic(model, spec, dtype=torch.qint8, inplace=True)
-    model.treegraft_int8 = len(names)
-    return len(names)
