@@ -32,7 +32,8 @@ def learned_verdicts(run: ui.Run) -> list[dict] | None:
     arithmetic, no forward. Lets a run under `always` show where `learned` would have called."""
     try:
         from treegraft.schedule import make_policy, scheduler_for
-        pol = make_policy("learned", path=run.cfg.scheduler_path or scheduler_for(run.trio.trio, run.trio.pair))
+        pol = make_policy("learned", path=run.cfg.scheduler_path or scheduler_for(run.trio.trio, run.trio.pair),
+                          int8=run.trio.int8)
     except Exception:  # no scheduler shipped (or moved): the page simply omits the comparison
         return None
     if getattr(pol, "arm", "gain") != "gain":  # a fixed arm for this pair: nothing per step to ask

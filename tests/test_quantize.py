@@ -109,3 +109,28 @@ def test_int8_bench_table_pools_against_the_same_prompts_ar():
     assert "| treegraft:always | fp32 | 2 | 2.000 | 2.00 | 0.500 | 100% | 2/2 |" in text
     assert "| treegraft:always | int8 | 2 | 4.000 | 2.00 | 0.250 | 75% | 1/2 |" in text
     assert "int8 / fp32 tokens/s = 2.000 over 2 prompts" in text
+
+
+def test_a_trio_with_an_int8_strong_drafter_plays_the_arm_chosen_for_it(tmp_path):
+    """`scheduler choose` on an int8 validation run keeps its arm beside the fp32 drafters' one: the
+    engine plays the int8 arm only when its strong drafter is int8, and stays greedy either way."""
+    import json
+    from treegraft.schedule import ASSETS
+    art = json.loads((ASSETS / "scheduler" / "qwen-coder" / "ngram+qwen-coder-0.5b" / "scheduler.json").read_text())
+    arm = lambda name: {"arm": name, "rates": {"gain": 1.0, name: 2.0}, "prompts": 1}
+    (tmp_path / "s.json").write_text(json.dumps(art | {"arm": arm("never"), "arm_int8": {"strong": arm("always")}}))
+    trio = tiny_trio("ngram", "perturbed")
+    prompt = [40, 41, 42, 43, 44, 40, 41]
+    with torch.inference_mode():
+        ref = trio.target.generate(ids(prompt), max_new_tokens=20, do_sample=False, min_new_tokens=0)[0, len(prompt):].tolist()
+    cfg = GenConfig(method="treegraft", policy="learned", scheduler_path=str(tmp_path / "s.json"), max_new_tokens=20,
+                    budget=16, depth=5)
+    for int8, played in (("none", "never"), ("strong", "always")):
+        if int8 == "strong":
+            quantize.quantize_drafter(trio.strong, trio.target, "strong")
+            trio.int8 = "strong"
+        engine = Engine(trio, copy.deepcopy(cfg))
+        records = list(engine.generate(prompt))
+        assert engine.policy.arm == played and engine.new_tokens == ref
+        assert all(f"arm '{played}'" in r.decision["reason"] for r in records if r.decision)
+        assert (sum(r.forwards["strong"] for r in records) > 0) == (played == "always")

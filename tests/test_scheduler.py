@@ -577,6 +577,49 @@ def test_choose_pools_earlier_runs_of_the_same_prompts_by_relative_speed(rows, t
         pooled_scores({"never": 1.0, "gain": 2.0}, [{"always": 1.0}])
 
 
+def test_an_int8_validation_run_chooses_its_own_arm_beside_the_fp32_one(rows, tmp_path):
+    """A strong drafter in int8 costs less, so another arm may win: its run writes arm_int8, never the
+    fp32 arm, and only a trio whose strong drafter runs in int8 plays it."""
+    from treegraft.bench.store import append_row
+    from treegraft.scheduler_train import ARM_HEADING, arm_heading, main
+    art, _ = train(rows, holdout=0.3)
+    (tmp_path / "s").mkdir()
+    save_json(tmp_path / "s" / "scheduler.json", art)
+
+    def run(name, walls, config):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(config))
+        for m, w in walls.items():
+            append_row(d, {"prompt_id": "a", "suite": "x", "category": "x", "method": m, "new_tokens": 10,
+                           "target_forwards": 5, "wall_s": w, "strong_calls": 2})
+        return str(d)
+
+    fp32 = run("fp32", {"treegraft:never": 2.0, "treegraft:always": 3.0, "treegraft:learned": 4.0},
+               {"models": {"weak": "ngram", "strong": "Qwen 0.5B"}})
+    # an older run records int8 only in its drafter's label
+    int8 = run("int8", {"treegraft:never": 3.0, "treegraft:always": 2.0, "treegraft:learned": 4.0},
+               {"models": {"weak": "ngram", "strong": "Qwen 0.5B (int8)"}})
+    assert main(["choose", "--compare", fp32, "--scheduler", str(tmp_path / "s")]) == 0
+    assert main(["choose", "--compare", int8, "--scheduler", str(tmp_path / "s")]) == 0
+    saved = json.loads((tmp_path / "s" / "scheduler.json").read_text())
+    assert saved["arm"]["arm"] == "never" and saved["arm_int8"]["strong"]["arm"] == "always"
+    report = (tmp_path / "s" / "REPORT.md").read_text()
+    assert report.count(ARM_HEADING) == 1 and report.count(arm_heading("strong")) == 1
+    assert "INT8=strong scripts/choose_arms.sh" in report.split(arm_heading("strong"))[1]
+    # choosing again replaces each section in place
+    assert main(["choose", "--compare", fp32, "--scheduler", str(tmp_path / "s")]) == 0
+    again = (tmp_path / "s" / "REPORT.md").read_text()
+    assert again.count(ARM_HEADING) == 1 and arm_heading("strong") in again
+    plain = load_learned(tmp_path / "s" / "scheduler.json")
+    assert plain.arm == "never" and "int8" not in plain.why()
+    quantized = load_learned(tmp_path / "s" / "scheduler.json", int8="strong")
+    assert quantized.arm == "always" and "chosen with the strong drafter in int8" in quantized.why()
+    assert load_learned(tmp_path / "s" / "scheduler.json", int8="both").arm == "never"  # none chosen: fp32's
+    both = run("both", {"treegraft:never": 3.0, "treegraft:learned": 4.0}, {"int8": "both", "models": {}})
+    assert main(["choose", "--compare", int8, "--pool", both, "--scheduler", str(tmp_path / "s")]) == 2
+
+
 def test_arm_certainty_says_when_the_choice_of_arm_is_a_coin_toss(rows):
     """Two arms that each win on half of the prompts by the same margin: a redraw of the prompts ranks
     either first about as often; one that wins on every prompt ranks first in every redraw; a pooled

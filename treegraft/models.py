@@ -315,6 +315,7 @@ class Trio:
     trio: str = "custom"        # the named trio whose target it runs ("custom": another target)
     kernels: str = "stock"      # stock | packed (the CPU fast path, treegraft.fastpath)
     pair: str = ""              # the drafters as WEAK+STRONG (e.g. ngram+qwen-coder-0.5b): whose scheduler fits
+    int8: str = "none"          # which drafters run in int8 (INT8_ROLES): the scheduler's arm follows their costs
 
     @property
     def context_len(self) -> int:
@@ -393,7 +394,7 @@ def load_trio(target: str | None = None, weak: str | None = None, strong: str | 
     # A scheduler is keyed by the target's trio and the pair; another target is "custom" and has none.
     family = trio if target == spec.target else "custom"
     pair = f"{drafter_key(weak, 'weak')}+{drafter_key(strong, 'strong')}"
-    return Trio(tgt, drafters["weak"], drafters["strong"], tok, dev, dt, names, family, chosen, pair)
+    return Trio(tgt, drafters["weak"], drafters["strong"], tok, dev, dt, names, family, chosen, pair, int8)
 
 
 def drafter_key(spec: str, role: str) -> str:

@@ -624,37 +624,67 @@ def cmd_choose(a) -> int:
             raise ValueError(f"{run} holds no finished rows")
         frames.append(df)
     df = frames[0]
-    config = Path(a.compare) / CONFIG  # the compare run's own record of its rounds
-    repeats = json.loads(config.read_text()).get("repeats", 1) if config.exists() else 1
-    chosen = choose_arm(df, frames[1:]) | {"source": str(a.compare), "repeats": repeats}
+    configs = [Path(run) / CONFIG for run in [a.compare] + a.pool]  # each compare run's own record
+    configs = [json.loads(c.read_text()) if c.exists() else {} for c in configs]
+    int8 = run_int8(configs[0])
+    if any(run_int8(c) != int8 for c in configs):
+        raise ValueError("the pooled runs' drafters ran in other precisions (--int8) than the validation run's; "
+                         "pool only runs of the same drafters")
+    chosen = choose_arm(df, frames[1:]) | {"source": str(a.compare), "repeats": configs[0].get("repeats", 1)}
     if a.pool:
         chosen["pool"] = [str(p) for p in a.pool]
-    art["arm"] = chosen
+    if int8 == "none":
+        art["arm"] = chosen
+    else:  # int8 drafters cost less, so another arm may win: theirs is kept beside the fp32 one
+        art.setdefault("arm_int8", {})[int8] = chosen
     save_json(out / "scheduler.json", art)
     report = out / "REPORT.md"
-    text = report.read_text() if report.exists() else ""
-    text = text.split(ARM_HEADING)[0].rstrip() + "\n\n" + arm_report(chosen, df)
-    report.write_text(text)
-    print(arm_report(chosen, df))
+    section = arm_report(chosen, df, int8)
+    report.write_text(replace_section(report.read_text() if report.exists() else "", arm_heading(int8), section))
+    print(section)
     return 0
 
 
 ARM_HEADING = "## Arm (chosen on validation prompts)"
 
 
-def arm_report(chosen: dict, df) -> str:
+def run_int8(config: dict) -> str:
+    """Which drafters a bench run ran in int8: its config's record, or for runs made before it was
+    recorded, the drafters labelled "(int8)" (treegraft.models.load_trio)."""
+    if "int8" in config:
+        return config["int8"]
+    roles = [r for r in ("weak", "strong") if str(config.get("models", {}).get(r, "")).endswith(" (int8)")]
+    return "both" if len(roles) == 2 else roles[0] if roles else "none"
+
+
+def arm_heading(int8: str = "none") -> str:
+    return ARM_HEADING if int8 == "none" else f"## Arm with the {int8} drafter in int8 (chosen on validation prompts)"
+
+
+def replace_section(text: str, heading: str, section: str) -> str:
+    """`text` with its `heading` section (up to the next level-2 heading) replaced by `section`, or
+    with `section` appended; the other sections stay where they are."""
+    head, found, rest = text.partition(heading)
+    if not found:
+        return text.rstrip() + "\n\n" + section if text.strip() else section
+    nxt = rest.find("\n## ")
+    tail = rest[nxt + 1:] if nxt >= 0 else ""
+    return head.rstrip() + "\n\n" + section + ("\n" + tail if tail else "")
+
+
+def arm_report(chosen: dict, df, int8: str = "none") -> str:
     per_suite = max(1, chosen["prompts"] // max(1, df["suite"].nunique()))
     arms = {m: arm_of(m) for m in df["method"].unique() if arm_of(m)}
     extra = ",".join(m for m in arms if m not in ARMS)
     extra = f'EXTRA_ARMS="{extra}" ' if extra else ""
     score = chosen.get("pooled", chosen["rates"])
     pooled = "pool" in chosen
-    lines = [ARM_HEADING, "",
+    lines = [arm_heading(int8), "",
              f"On {chosen['prompts']} validation prompts (`{chosen['source']}`, disjoint from the training and the "
              f"benchmark prompts: from offset 70 in each set, 32 new tokens, `--budget auto --depth 10`, the arms "
              f"interleaved, each row its median round), tokens/s pooled per arm; `learned` plays the fastest: "
              f"**{max(score, key=score.get)}**. Reproduce: `{extra}PER_SUITE={per_suite} REPEATS={chosen.get('repeats', 1)} "
-             f"scripts/choose_arms.sh runs/arms <trio>/<weak>+<strong>`."]
+             f"{'' if int8 == 'none' else f'INT8={int8} '}scripts/choose_arms.sh runs/arms <trio>/<weak>+<strong>`."]
     if pooled:
         runs = " ".join(f"--pool {p}" for p in chosen["pool"])
         lines += ["", f"Ranked by speed relative to each run's fixed arms, averaged with the earlier runs of the same "

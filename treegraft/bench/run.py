@@ -171,7 +171,7 @@ def run_config(trio: Trio, prompts: list[Prompt], ids: dict, plan: list[Method],
             "gen": gen, "models": dict(trio.names), "weights": {r: fingerprint(getattr(trio, r))
                                                                 for r in ("target", "weak", "strong")},
             "device": str(trio.device), "dtype": str(trio.dtype).replace("torch.", ""), "kernels": trio.kernels,
-            "torch": torch.__version__} | meta
+            "torch": torch.__version__} | ({"int8": trio.int8} if trio.int8 != "none" else {}) | meta
 
 
 def fingerprint(model: torch.nn.Module) -> str:
