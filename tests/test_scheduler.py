@@ -640,3 +640,17 @@ def test_arm_certainty_says_when_the_choice_of_arm_is_a_coin_toss(rows):
     # an earlier run of the same prompts where always is twice as fast relative to never: pooled, always leads
     earlier = {p: {"treegraft:never": 4.0, "treegraft:always": 1.0} for p in split}
     assert arm_certainty(frame(clear), [frame(earlier)], n=400)["always"] == 1.0
+
+
+def test_replacing_a_report_section_keeps_the_others_and_adds_no_blank_lines():
+    """A report whose first section is the one replaced must not grow a blank line at its top on
+    every `scheduler choose`; the sections around the replaced one stay, in order."""
+    from treegraft.scheduler_train import replace_section
+    text = "## Arm\nold arm\n\n## Rules\nrule text\n"
+    once = replace_section(text, "## Arm", "## Arm\nnew arm\n")
+    assert once == "## Arm\nnew arm\n\n## Rules\nrule text\n"
+    assert replace_section(once, "## Arm", "## Arm\nnew arm\n") == once
+    middle = replace_section("# Report\n\n## Arm\nold\n\n## Rules\nr\n", "## Arm", "## Arm\nnew\n")
+    assert middle == "# Report\n\n## Arm\nnew\n\n## Rules\nr\n"
+    assert replace_section("# Report\n", "## Int8", "## Int8\nx\n") == "# Report\n\n## Int8\nx\n"
+    assert replace_section("", "## Int8", "## Int8\nx\n") == "## Int8\nx\n"

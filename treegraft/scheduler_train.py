@@ -669,7 +669,7 @@ def replace_section(text: str, heading: str, section: str) -> str:
         return text.rstrip() + "\n\n" + section if text.strip() else section
     nxt = rest.find("\n## ")
     tail = rest[nxt + 1:] if nxt >= 0 else ""
-    return head.rstrip() + "\n\n" + section + ("\n" + tail if tail else "")
+    return (head.rstrip() + "\n\n" if head.strip() else "") + section + ("\n" + tail if tail else "")
 
 
 def arm_report(chosen: dict, df, int8: str = "none") -> str:
