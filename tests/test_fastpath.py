@@ -70,9 +70,13 @@ def test_kernel_choice_is_validated_and_cached(tmp_path, monkeypatch):
     cpu = torch.device("cpu")
     with pytest.raises(ValueError, match="unknown kernels"):
         fastpath.choose_kernels("fast", cpu, torch.float32, (64, 64))
-    with pytest.raises(ValueError, match="float32 only"):
+    monkeypatch.setattr(fastpath, "cpu_has_bf16", lambda: False)
+    with pytest.raises(ValueError, match="native bf16"):
         fastpath.choose_kernels("packed", cpu, torch.bfloat16, (64, 64))
-    assert fastpath.choose_kernels("auto", cpu, torch.bfloat16, (64, 64)) == "stock"
+    with pytest.raises(ValueError, match="float16"):
+        fastpath.choose_kernels("packed", cpu, torch.float16, (64, 64))
+    assert fastpath.choose_kernels("auto", cpu, torch.bfloat16, (64, 64)) == "stock"  # emulated bf16: never packed
+    assert not (tmp_path / "kernels.json").exists()
     choice = fastpath.choose_kernels("auto", cpu, torch.float32, (256, 128))
     cached = json.loads((tmp_path / "kernels.json").read_text())
     (entry,) = cached.values()
@@ -96,3 +100,49 @@ def test_default_trio_packed_matches_stock_greedy(default_trio, chat_ids):
             engine = Engine(packed, GenConfig(method=method, policy="always", max_new_tokens=20))
             list(engine.generate(prompt))
             assert engine.new_tokens == ref, (method, text)
+
+
+needs_bf16 = pytest.mark.skipif(not fastpath.cpu_has_bf16(), reason="this CPU has no native bf16")
+
+
+@needs_bf16
+def test_bf16_packed_linear_matches_stock_bf16():
+    torch.manual_seed(2)
+    lin = nn.Linear(64, 96, dtype=torch.bfloat16)
+    xs = [torch.randn(1, 1, 64, dtype=torch.bfloat16), torch.randn(1, 6, 64, dtype=torch.bfloat16)]
+    with torch.inference_mode():
+        refs = [lin(x).float() for x in xs]
+        fastpath.pack_linear(lin, dual=True)
+        for x, ref in zip(xs, refs):
+            out = lin(x)
+            assert out.dtype == torch.bfloat16 and torch.allclose(out.float(), ref, atol=3e-2, rtol=2e-2)
+        with pytest.raises(RuntimeError, match="bfloat16 CPU inference only"):
+            lin(xs[0].float())  # a packed bf16 Linear never silently casts fp32 input
+
+
+@needs_bf16
+def test_bf16_kernel_choice_is_measured_and_cached_apart_from_fp32(tmp_path, monkeypatch):
+    monkeypatch.setenv("TREEGRAFT_HOME", str(tmp_path))
+    cpu = torch.device("cpu")
+    assert fastpath.choose_kernels("packed", cpu, torch.bfloat16, (64, 64)) == "packed"
+    fastpath.choose_kernels("auto", cpu, torch.float32, (256, 128))
+    choice = fastpath.choose_kernels("auto", cpu, torch.bfloat16, (256, 128))
+    cached = json.loads((tmp_path / "kernels.json").read_text())
+    keys = sorted(cached)
+    assert len(keys) == 2 and sum(k.endswith("|bfloat16") for k in keys) == 1
+    assert cached[next(k for k in keys if k.endswith("|bfloat16"))]["choice"] == choice
+
+
+@needs_bf16
+def test_bf16_packed_tiny_target_decodes_like_stock_bf16():
+    """Packing changes only the kernels: a sharpened tiny target in bf16 decodes greedily to the same
+    tokens packed and stock (bf16 is not bit-exact against fp32, so the comparison stays in bf16)."""
+    stock = tiny_trio("perturbed", "copy")
+    stock.target.to(torch.bfloat16)
+    packed = tiny_trio("perturbed", "copy")
+    packed.target.to(torch.bfloat16)
+    fastpath.pack_models([packed.target])
+    for prompt in ([5, 17, 33, 2, 9], [40, 41, 42, 43, 44]):
+        ref = stock.target.generate(ids(prompt), max_new_tokens=20, do_sample=False, min_new_tokens=0)
+        out = packed.target.generate(ids(prompt), max_new_tokens=20, do_sample=False, min_new_tokens=0)
+        assert out.tolist() == ref.tolist()

@@ -30,7 +30,7 @@ from transformers import (
 from .chunks import GGUF_MODELS, cache_home, gguf_model_dir
 from .eagle import FeatureDrafter
 from .errors import ModelLoadError
-from .fastpath import choose_kernels, largest_linear, pack_models, room_for_dual
+from .fastpath import choose_kernels, cpu_has_bf16, largest_linear, pack_models, room_for_dual
 from .quantize import quantize_drafter
 from .lookup import NgramDrafter
 from . import skip
@@ -45,15 +45,6 @@ INT8_ROLES = ("none", "weak", "strong", "both")  # which drafters run in int8 (t
 
 
 # ---------------------------------------------------------------- device and dtype
-
-def cpu_has_bf16() -> bool:
-    """Native bf16 matmuls on x86 need AVX512-BF16 or AMX; without them bf16 is emulated and slower."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return any(f in flags for f in ("avx512_bf16", "amx_bf16"))
-
 
 def pick_device(device: str | None = None) -> torch.device:
     if device in (None, "", "auto"):
