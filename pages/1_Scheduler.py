@@ -31,9 +31,10 @@ def learned_verdicts(run: ui.Run) -> list[dict] | None:
     """What the distilled scheduler would have said on each step, from the recorded features: pure
     arithmetic, no forward. Lets a run under `always` show where `learned` would have called."""
     try:
+        from treegraft.fastpath import hardware_class
         from treegraft.schedule import make_policy, scheduler_for
         pol = make_policy("learned", path=run.cfg.scheduler_path or scheduler_for(run.trio.trio, run.trio.pair),
-                          int8=run.trio.int8)
+                          int8=run.trio.int8, hardware=hardware_class(run.trio.device))
     except Exception:  # no scheduler shipped (or moved): the page simply omits the comparison
         return None
     if getattr(pol, "arm", "gain") != "gain":  # a fixed arm for this pair: nothing per step to ask

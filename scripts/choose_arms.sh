@@ -6,6 +6,8 @@
 # run interleaved (REPEATS rounds, median kept), then `scheduler choose` writes the fastest into the
 # pair's scheduler.json and REPORT.md. INT8=strong runs the strong drafter in int8 (--int8): its arm is kept
 # beside the fp32 one (arm_int8 in scheduler.json), since a cheaper drafter may pay where the fp32 one did not.
+# HARDWARE=cpu-avx512 (this machine's class: treegraft.fastpath.hardware_class) keeps the arm for that
+# class of machine only (arm_hardware), since what a tree costs to verify, and so the fastest arm, moves with it.
 # Resumable (each compare run is). One pair at a time.
 #   scripts/choose_arms.sh OUT [trio/weak+strong ...]
 set -euo pipefail
@@ -18,13 +20,14 @@ for p in "${pairs[@]}"; do
   trio=${p%%/*}; pair=${p#*/}; weak=${pair%%+*}; strong=${pair#*+}
   mkdir -p "$root/$p"
   # The gain rule alone (no arm yet): what `learned` is before this choice.
-  "$py" -c 'import json,sys; d=json.load(open(sys.argv[1])); d.pop("arm",None); d.pop("arm_int8",None); json.dump(d,open(sys.argv[2],"w"))' \
+  "$py" -c 'import json,sys; d=json.load(open(sys.argv[1])); d.pop("arm",None); d.pop("arm_int8",None); d.pop("arm_hardware",None); json.dump(d,open(sys.argv[2],"w"))' \
     "assets/scheduler/$p/scheduler.json" "$root/$p/gain.json"
   echo "== $p $(date -u +%H:%M:%S)"
   TREEGRAFT_THREADS=2 "$py" -m treegraft scheduler compare --trio "$trio" --weak "$(role "$weak")" \
     --strong "$(role "$strong")" --int8 "${INT8:-none}" --dtype float32 --per-suite "${PER_SUITE:-1}" --offset 70 --max-new-tokens 32 --budget auto \
     --depth 10 --methods "tree-strong,treegraft:never,treegraft:always,treegraft:when-empty,treegraft:when-unsure${EXTRA_ARMS:+,$EXTRA_ARMS},treegraft:learned" \
     --scheduler "$root/$p/gain.json" --repeats "${REPEATS:-2}" --out "$root/$p/compare"
-  "$py" -m treegraft scheduler choose --compare "$root/$p/compare" --scheduler "assets/scheduler/$p"
+  "$py" -m treegraft scheduler choose --compare "$root/$p/compare" --scheduler "assets/scheduler/$p" \
+    ${HARDWARE:+--hardware "$HARDWARE"}
 done
 echo "== done $(date -u +%H:%M:%S)"

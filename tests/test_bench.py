@@ -461,3 +461,12 @@ def test_bootstrap_of_learned_over_the_best_fixed_method_is_the_draw_of_prompts(
                                                            "walls_s": w}) for (p, m), w in same.items()))
     assert mod.round_walls(d) == same
     assert "| pair | 1.25-1.25 | 100% | 1.00-1.00 | 100% | 1.25-1.25 | 100% |" in mod.bootstrap_rows([d])
+
+
+def test_a_run_records_the_class_of_machine_it_was_measured_on(full_run):
+    """Tree costs, and so the fastest arm, differ between machine classes: a run says which it ran on,
+    and a resume on another class is refused like any other change of configuration."""
+    from treegraft.fastpath import hardware_class
+    cfg = json.loads((full_run / "config.json").read_text())
+    assert cfg["hardware"] == hardware_class("cpu") and cfg["hardware"].startswith("cpu")
+    assert hardware_class("cuda") == "cuda"

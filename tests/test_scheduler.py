@@ -654,3 +654,50 @@ def test_replacing_a_report_section_keeps_the_others_and_adds_no_blank_lines():
     assert middle == "# Report\n\n## Arm\nnew\n\n## Rules\nr\n"
     assert replace_section("# Report\n", "## Int8", "## Int8\nx\n") == "# Report\n\n## Int8\nx\n"
     assert replace_section("", "## Int8", "## Int8\nx\n") == "## Int8\nx\n"
+
+
+def test_an_arm_chosen_on_one_machine_class_is_played_there_only(rows, tmp_path):
+    """What verifying a tree costs differs by machine class (AVX2 and AVX-512 CPUs measured apart), and
+    with it the fastest arm: `choose --hardware` keeps a class's arm beside the default one, a trio
+    on that class plays it, any other class plays the default, and an int8 arm still comes first."""
+    from treegraft.bench.store import append_row
+    from treegraft.scheduler_train import ARM_HEADING, arm_heading, main
+    art, _ = train(rows, holdout=0.3)
+    (tmp_path / "s").mkdir()
+    save_json(tmp_path / "s" / "scheduler.json", art)
+
+    def run(name, walls, config):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(config))
+        for m, w in walls.items():
+            append_row(d, {"prompt_id": "a", "suite": "x", "category": "x", "method": m, "new_tokens": 10,
+                           "target_forwards": 5, "wall_s": w, "strong_calls": 2})
+        return str(d)
+
+    avx2 = run("avx2", {"tree-strong": 4.0, "treegraft:always": 2.0, "treegraft:learned": 3.0},
+               {"hardware": "cpu-avx2", "models": {}})
+    avx512 = run("avx512", {"tree-strong": 2.0, "treegraft:always": 4.0, "treegraft:learned": 3.0},
+                 {"hardware": "cpu-avx512", "models": {}})
+    older = run("older", {"tree-strong": 2.0, "treegraft:always": 4.0, "treegraft:learned": 3.0}, {"models": {}})
+    assert main(["choose", "--compare", avx2, "--scheduler", str(tmp_path / "s")]) == 0
+    assert main(["choose", "--compare", avx512, "--scheduler", str(tmp_path / "s"), "--hardware", "cpu-avx512"]) == 0
+    saved = json.loads((tmp_path / "s" / "scheduler.json").read_text())
+    assert saved["arm"]["arm"] == "always" and saved["arm_hardware"]["cpu-avx512"]["arm"] == "solo"
+    report = (tmp_path / "s" / "REPORT.md").read_text()
+    assert report.count(ARM_HEADING) == 1 and report.count(arm_heading(hardware="cpu-avx512")) == 1
+    assert "HARDWARE=cpu-avx512 scripts/choose_arms.sh" in report.split(arm_heading(hardware="cpu-avx512"))[1]
+    s = tmp_path / "s" / "scheduler.json"
+    assert load_learned(s).arm == "always" and load_learned(s, hardware="cpu-avx2").arm == "always"
+    here = load_learned(s, hardware="cpu-avx512")
+    assert here.arm == "solo" and "chosen on cpu-avx512 machines" in here.why()
+    assert "machines" not in load_learned(s, hardware="cpu-avx2").why()
+    # a run that predates the record may be named by whoever measured it; a recorded other class may not
+    assert main(["choose", "--compare", older, "--scheduler", str(tmp_path / "s"), "--hardware", "cpu-avx512"]) == 0
+    before = s.read_text()
+    assert main(["choose", "--compare", avx2, "--scheduler", str(tmp_path / "s"), "--hardware", "cpu-avx512"]) == 2
+    int8 = run("int8", {"tree-strong": 4.0, "treegraft:learned": 3.0}, {"int8": "strong", "models": {}})
+    assert main(["choose", "--compare", int8, "--scheduler", str(tmp_path / "s"), "--hardware", "cpu-avx512"]) == 2
+    assert s.read_text() == before  # refused: nothing written
+    assert main(["choose", "--compare", int8, "--scheduler", str(tmp_path / "s")]) == 0
+    assert load_learned(s, int8="strong", hardware="cpu-avx512").arm == "gain"  # the int8 arm comes first

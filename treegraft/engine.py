@@ -13,6 +13,7 @@ from .budget import LiveCurve, another_level_pays, choose_budget
 from .calibrate import Calibration
 from .costs import target_curve
 from .draft import draft_tree
+from .fastpath import hardware_class
 from .graft import GraftConfig, recover, reselect, rescore, graft
 from .kv import make_runner
 from .models import Trio, sync
@@ -111,7 +112,8 @@ class Engine:
         except ValueError as e:
             raise ConfigError(str(e)) from None
         scheduler = cfg.scheduler_path or scheduler_for(trio.trio, trio.pair)
-        self.policy = policy or (make_policy(cfg.policy, cfg.every_k, scheduler, cfg.unsure, cfg.sure, trio.int8) if cfg.method == "treegraft" else None)
+        self.policy = policy or (make_policy(cfg.policy, cfg.every_k, scheduler, cfg.unsure, cfg.sure, trio.int8,
+                                             hardware_class(trio.device)) if cfg.method == "treegraft" else None)
         self.generator = torch.Generator().manual_seed(cfg.seed)
         self.curve = LiveCurve(target_curve(trio)) if cfg.auto_budget and cfg.method != "ar" else None
         # The scheduler weighs seconds on this device: it reads the same measured curve, fixed budget or not.

@@ -46,6 +46,20 @@ def cpu_has_bf16() -> bool:
     return any(f in flags for f in ("avx512_bf16", "amx_bf16"))
 
 
+def hardware_class(device: torch.device | str = "cpu") -> str:
+    """The kind of machine a measurement was made on, coarse enough to recur: "cuda", or the CPU's widest
+    vector unit ("cpu-avx512", "cpu-avx2", "cpu"). What verifying a tree costs moves with it (the 1.5B's
+    8-token forward: 1.65x its one-token forward on an AVX2 EPYC, 1.04-1.10x on an AVX-512 one), and
+    with it the fastest way to use two drafters, so a scheduler may keep an arm per class."""
+    if torch.device(device).type != "cpu":
+        return torch.device(device).type
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "cpu"
+    return next((f"cpu-{isa}" for isa in ("avx512", "avx2") if f" {isa}" in flags), "cpu")
+
+
 def packable(device: torch.device, dtype: torch.dtype) -> bool:
     """Where prepacked Linears exist and are native: the CPU in fp32, or in bf16 with native bf16."""
     return device.type == "cpu" and (dtype == torch.float32 or (dtype == torch.bfloat16 and cpu_has_bf16()))

@@ -381,6 +381,7 @@ class ArmChoice(Policy):
     pooled: dict | None = None  # with earlier validation runs: each arm's speed relative to its run's fixed arms
     certainty: float | None = None  # how often this arm ranked first over redraws of the validation prompts
     int8: str = "none"  # which drafters ran in int8 when it was chosen (its own arm: their costs differ)
+    hardware: str = ""  # the machine class it was chosen on, where that class has its own arm
 
     def __post_init__(self):
         if self.arm not in ARMS.values():
@@ -392,6 +393,7 @@ class ArmChoice(Policy):
     def why(self) -> str:
         sure = "" if self.certainty is None else f"; first in {self.certainty:.0%} of redraws of those prompts"
         sure += "" if self.int8 == "none" else f"; chosen with the {self.int8} drafter{'s' * (self.int8 == 'both')} in int8"
+        sure += f"; chosen on {self.hardware} machines" if self.hardware else ""
         if self.pooled:
             rel = ", ".join(f"{a} {r:.3f}" for a, r in sorted(self.pooled.items(), key=lambda kv: -kv[1]))
             return (f"arm '{self.arm}': the fastest for this pair on validation prompts, over several runs "
@@ -440,28 +442,30 @@ def step_seconds(feats: dict, strong_units: float) -> tuple[float, float]:
     return feats["c0_s"], feats["c0_s"] + (feats.get("strong_s") or strong_units * feats["t1_s"])
 
 
-def load_learned(path: str | Path | None = None, int8: str = "none") -> Policy:
+def load_learned(path: str | Path | None = None, int8: str = "none", hardware: str = "") -> Policy:
     """A scheduler file: the gain scheduler ("kind": "gain") or the earlier logistic one. Its arm is the
     one chosen for these drafters' precision: `arm_int8[int8]` where int8 drafters had their own
-    validation run, else the fp32 drafters' `arm`."""
+    validation run; else the one chosen on this class of machine (`arm_hardware[hardware]`, e.g.
+    "cpu-avx512") where it had its own; else `arm`."""
     p = Path(path) if path else DEFAULT_SCHEDULER
     if not p.exists():
         raise FileNotFoundError(f"no learned scheduler at {p}; train one with `python -m treegraft scheduler train`")
     d = json.loads(p.read_text())
     policy = (GainPolicy if d.get("kind") == "gain" else LearnedPolicy).from_dict(d, source=str(p))
     own = (d.get("arm_int8") or {}).get(int8) if int8 != "none" else None
-    if own or "arm" in d:
-        a = own or d["arm"]
+    here = None if own else (d.get("arm_hardware") or {}).get(hardware)
+    if own or here or "arm" in d:
+        a = own or here or d["arm"]
         score = a.get("pooled") or a["rates"]
         return ArmChoice(a["arm"], a["rates"], policy, source=str(p), unsure=a.get("unsure", 2.0),
                          sure=a.get("sure", 3.0), pooled=a.get("pooled"),
                          certainty=(a.get("first") or {}).get(max(score, key=score.get)),
-                         int8=int8 if own else "none")
+                         int8=int8 if own else "none", hardware=hardware if here else "")
     return policy
 
 
 def make_policy(name: str, every_k: int = 2, path: str | None = None, unsure: float = 2.0,
-                sure: float = 3.0, int8: str = "none") -> Policy:
+                sure: float = 3.0, int8: str = "none", hardware: str = "") -> Policy:
     if name == "never":
         return Never()
     if name == "always":
@@ -477,5 +481,5 @@ def make_policy(name: str, every_k: int = 2, path: str | None = None, unsure: fl
     if name == "oracle":
         return Oracle()
     if name == "learned":
-        return load_learned(path, int8)
+        return load_learned(path, int8, hardware)
     raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICIES)}")

@@ -630,17 +630,28 @@ def cmd_choose(a) -> int:
     if any(run_int8(c) != int8 for c in configs):
         raise ValueError("the pooled runs' drafters ran in other precisions (--int8) than the validation run's; "
                          "pool only runs of the same drafters")
+    hardware = a.hardware or ""
+    if hardware and int8 != "none":
+        raise ValueError("--hardware keeps an arm per machine class for fp32 drafters only; this run's "
+                         f"{int8} drafter ran in int8 (its arm is kept per precision)")
+    ran_on = {c["hardware"] for c in configs if c.get("hardware")}
+    if hardware and ran_on - {hardware}:
+        raise ValueError(f"--hardware {hardware}, but these runs were measured on {', '.join(sorted(ran_on))} "
+                         "machines; pool only runs of one machine class")
     chosen = choose_arm(df, frames[1:]) | {"source": str(a.compare), "repeats": configs[0].get("repeats", 1)}
     if a.pool:
         chosen["pool"] = [str(p) for p in a.pool]
-    if int8 == "none":
+    if hardware:  # tree verification costs differ by machine class, so another arm may win there
+        art.setdefault("arm_hardware", {})[hardware] = chosen
+    elif int8 == "none":
         art["arm"] = chosen
     else:  # int8 drafters cost less, so another arm may win: theirs is kept beside the fp32 one
         art.setdefault("arm_int8", {})[int8] = chosen
     save_json(out / "scheduler.json", art)
     report = out / "REPORT.md"
-    section = arm_report(chosen, df, int8)
-    report.write_text(replace_section(report.read_text() if report.exists() else "", arm_heading(int8), section))
+    section = arm_report(chosen, df, int8, hardware)
+    report.write_text(replace_section(report.read_text() if report.exists() else "",
+                                      arm_heading(int8, hardware), section))
     print(section)
     return 0
 
@@ -657,7 +668,9 @@ def run_int8(config: dict) -> str:
     return "both" if len(roles) == 2 else roles[0] if roles else "none"
 
 
-def arm_heading(int8: str = "none") -> str:
+def arm_heading(int8: str = "none", hardware: str = "") -> str:
+    if hardware:
+        return f"## Arm on {hardware} machines (chosen on validation prompts measured there)"
     return ARM_HEADING if int8 == "none" else f"## Arm with the {int8} drafter in int8 (chosen on validation prompts)"
 
 
@@ -672,19 +685,21 @@ def replace_section(text: str, heading: str, section: str) -> str:
     return (head.rstrip() + "\n\n" if head.strip() else "") + section + ("\n" + tail if tail else "")
 
 
-def arm_report(chosen: dict, df, int8: str = "none") -> str:
+def arm_report(chosen: dict, df, int8: str = "none", hardware: str = "") -> str:
     per_suite = max(1, chosen["prompts"] // max(1, df["suite"].nunique()))
     arms = {m: arm_of(m) for m in df["method"].unique() if arm_of(m)}
     extra = ",".join(m for m in arms if m not in ARMS)
     extra = f'EXTRA_ARMS="{extra}" ' if extra else ""
     score = chosen.get("pooled", chosen["rates"])
     pooled = "pool" in chosen
-    lines = [arm_heading(int8), "",
+    lines = [arm_heading(int8, hardware), "",
              f"On {chosen['prompts']} validation prompts (`{chosen['source']}`, disjoint from the training and the "
              f"benchmark prompts: from offset 70 in each set, 32 new tokens, `--budget auto --depth 10`, the arms "
              f"interleaved, each row its median round), tokens/s pooled per arm; `learned` plays the fastest: "
              f"**{max(score, key=score.get)}**. Reproduce: `{extra}PER_SUITE={per_suite} REPEATS={chosen.get('repeats', 1)} "
-             f"{'' if int8 == 'none' else f'INT8={int8} '}scripts/choose_arms.sh runs/arms <trio>/<weak>+<strong>`."]
+             f"{'' if int8 == 'none' else f'INT8={int8} '}{f'HARDWARE={hardware} ' if hardware else ''}"
+             f"scripts/choose_arms.sh runs/arms <trio>/<weak>+<strong>`"
+             + (f", on a {hardware} machine; machines of other classes play the arms above." if hardware else ".")]
     if pooled:
         runs = " ".join(f"--pool {p}" for p in chosen["pool"])
         lines += ["", f"Ranked by speed relative to each run's fixed arms, averaged with the earlier runs of the same "
@@ -771,6 +786,9 @@ def main(argv=None) -> int:
     c.add_argument("--scheduler", required=True, help="the directory of the scheduler.json to update")
     c.add_argument("--pool", action="append", default=[],
                    help="an earlier validation run of the same prompts whose fixed arms count too (repeatable)")
+    c.add_argument("--hardware", default=None, metavar="CLASS",
+                   help="keep the arm for this machine class only (cpu-avx512, cpu-avx2, cuda: what "
+                        "treegraft.fastpath.hardware_class says where the run was measured), beside the default arm")
     c.set_defaults(func=cmd_choose)
     a = ap.parse_args(argv)
     try:

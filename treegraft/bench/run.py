@@ -15,6 +15,7 @@ import torch
 from tqdm import tqdm
 
 from ..engine import ConfigError, GenConfig
+from ..fastpath import hardware_class
 from ..models import Trio
 from ..options import encode_prompt
 from .methods import Method, make_runner, parse_methods
@@ -171,7 +172,8 @@ def run_config(trio: Trio, prompts: list[Prompt], ids: dict, plan: list[Method],
             "gen": gen, "models": dict(trio.names), "weights": {r: fingerprint(getattr(trio, r))
                                                                 for r in ("target", "weak", "strong")},
             "device": str(trio.device), "dtype": str(trio.dtype).replace("torch.", ""), "kernels": trio.kernels,
-            "torch": torch.__version__} | ({"int8": trio.int8} if trio.int8 != "none" else {}) | meta
+            "torch": torch.__version__, "hardware": hardware_class(trio.device)} \
+        | ({"int8": trio.int8} if trio.int8 != "none" else {}) | meta
 
 
 def fingerprint(model: torch.nn.Module) -> str:
