@@ -13,8 +13,8 @@ general layout, and a model that mostly runs one row at a time (the target: plai
 catch-up) may also keep a one-row copy (``dual``) when memory allows; rows pick the layout per call.
 
 The same holds in bf16 on a CPU with native bf16 (AVX512-BF16 / AMX), where stock bf16 Linears pay a
-weight reorder on every call: measured on the qwen-coder trio (2 threads, AVX512-BF16), the 1.5B's
-one-token forward costs 200 ms fp32 packed, 171 ms bf16 stock and 133 ms bf16 packed.
+weight reorder on every call: measured on the qwen-coder trio (2 threads, AVX512-BF16, `profile`), the
+1.5B's one-token forward costs 215 ms fp32 packed, 145 ms bf16 stock and 92 ms bf16 packed.
 
 Kernels: ``stock`` (nn.Linear), ``packed`` (prepacked oneDNN), ``auto`` (packed on CPU in fp32, or in
 bf16 where the CPU has native bf16, when a quick measurement on this machine says it is faster; the
@@ -37,13 +37,17 @@ from torch import nn
 KERNELS = ("auto", "stock", "packed")
 
 
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    return {f for line in text.splitlines() if line.startswith("flags") for f in line.split(":", 1)[1].split()}
+
+
 def cpu_has_bf16() -> bool:
     """Native bf16 matmuls on x86 need AVX512-BF16 or AMX; without them bf16 is emulated and slower."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return any(f in flags for f in ("avx512_bf16", "amx_bf16"))
+    return bool(_cpu_flags() & {"avx512_bf16", "amx_bf16"})
 
 
 def hardware_class(device: torch.device | str = "cpu") -> str:
@@ -53,11 +57,8 @@ def hardware_class(device: torch.device | str = "cpu") -> str:
     with it the fastest way to use two drafters, so a scheduler may keep an arm per class."""
     if torch.device(device).type != "cpu":
         return torch.device(device).type
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "cpu"
-    return next((f"cpu-{isa}" for isa in ("avx512", "avx2") if f" {isa}" in flags), "cpu")
+    flags = _cpu_flags()
+    return "cpu-avx512" if "avx512f" in flags else "cpu-avx2" if "avx2" in flags else "cpu"
 
 
 def packable(device: torch.device, dtype: torch.dtype) -> bool:
