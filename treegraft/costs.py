@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from .chunks import cache_home
+from .fastpath import hardware_class
 from .kv import make_runner
 from .models import Trio, sync
 from .tree import ROOT, DraftTree
@@ -28,9 +29,10 @@ ROLES = ("target", "weak", "strong")
 
 
 def _path(trio: Trio, context: int, roles) -> Path:
+    # platform.processor() is empty on most Linux machines: the class keeps AVX2 and AVX-512 curves apart
     what = json.dumps([trio.names, str(trio.device), str(trio.dtype), trio.kernels, platform.processor(),
-                       platform.machine(), torch.__version__, torch.get_num_threads(), context, list(roles)],
-                      sort_keys=True)
+                       platform.machine(), torch.__version__, torch.get_num_threads(), context, list(roles),
+                       hardware_class(trio.device)], sort_keys=True)
     return cache_home() / "profiles" / f"{hashlib.sha256(what.encode()).hexdigest()[:16]}.json"
 
 
