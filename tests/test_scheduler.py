@@ -577,23 +577,30 @@ def test_choose_pools_earlier_runs_of_the_same_prompts_by_relative_speed(rows, t
         pooled_scores({"never": 1.0, "gain": 2.0}, [{"always": 1.0}])
 
 
-def test_an_int8_validation_run_chooses_its_own_arm_beside_the_fp32_one(rows, tmp_path):
-    """A strong drafter in int8 costs less, so another arm may win: its run writes arm_int8, never the
-    fp32 arm, and only a trio whose strong drafter runs in int8 plays it."""
-    from treegraft.bench.store import append_row
-    from treegraft.scheduler_train import ARM_HEADING, arm_heading, main
+def trained_scheduler(rows, tmp_path):
+    """A gain scheduler trained on the rows in tmp_path/s, and a maker of validation runs beside it."""
     art, _ = train(rows, holdout=0.3)
     (tmp_path / "s").mkdir()
     save_json(tmp_path / "s" / "scheduler.json", art)
+    return lambda name, walls, config: validation_run(tmp_path / name, walls, config)
 
-    def run(name, walls, config):
-        d = tmp_path / name
-        d.mkdir()
-        (d / "config.json").write_text(json.dumps(config))
-        for m, w in walls.items():
-            append_row(d, {"prompt_id": "a", "suite": "x", "category": "x", "method": m, "new_tokens": 10,
-                           "target_forwards": 5, "wall_s": w, "strong_calls": 2})
-        return str(d)
+
+def validation_run(d, walls: dict, config: dict) -> str:
+    """A one-prompt `scheduler compare` run on disk: each method's wall seconds for 10 tokens."""
+    from treegraft.bench.store import append_row
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(config))
+    for m, w in walls.items():
+        append_row(d, {"prompt_id": "a", "suite": "x", "category": "x", "method": m, "new_tokens": 10,
+                       "target_forwards": 5, "wall_s": w, "strong_calls": 2})
+    return str(d)
+
+
+def test_an_int8_validation_run_chooses_its_own_arm_beside_the_fp32_one(rows, tmp_path):
+    """A strong drafter in int8 costs less, so another arm may win: its run writes arm_int8, never the
+    fp32 arm, and only a trio whose strong drafter runs in int8 plays it."""
+    from treegraft.scheduler_train import ARM_HEADING, arm_heading, main
+    run = trained_scheduler(rows, tmp_path)
 
     fp32 = run("fp32", {"treegraft:never": 2.0, "treegraft:always": 3.0, "treegraft:learned": 4.0},
                {"models": {"weak": "ngram", "strong": "Qwen 0.5B"}})
@@ -660,20 +667,8 @@ def test_an_arm_chosen_on_one_machine_class_is_played_there_only(rows, tmp_path)
     """What verifying a tree costs differs by machine class (AVX2 and AVX-512 CPUs measured apart), and
     with it the fastest arm: `choose --hardware` keeps a class's arm beside the default one, a trio
     on that class plays it, any other class plays the default, and an int8 arm still comes first."""
-    from treegraft.bench.store import append_row
     from treegraft.scheduler_train import ARM_HEADING, arm_heading, main
-    art, _ = train(rows, holdout=0.3)
-    (tmp_path / "s").mkdir()
-    save_json(tmp_path / "s" / "scheduler.json", art)
-
-    def run(name, walls, config):
-        d = tmp_path / name
-        d.mkdir()
-        (d / "config.json").write_text(json.dumps(config))
-        for m, w in walls.items():
-            append_row(d, {"prompt_id": "a", "suite": "x", "category": "x", "method": m, "new_tokens": 10,
-                           "target_forwards": 5, "wall_s": w, "strong_calls": 2})
-        return str(d)
+    run = trained_scheduler(rows, tmp_path)
 
     avx2 = run("avx2", {"tree-strong": 4.0, "treegraft:always": 2.0, "treegraft:learned": 3.0},
                {"hardware": "cpu-avx2", "models": {}})
