@@ -24,6 +24,7 @@ bf16 without native support, ``auto`` means stock.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -37,12 +38,14 @@ from torch import nn
 KERNELS = ("auto", "stock", "packed")
 
 
-def _cpu_flags() -> set[str]:
+@functools.lru_cache(maxsize=1)
+def _cpu_flags() -> frozenset[str]:
+    """Read once per process: every Engine, bench config and profile key asks for the machine's class."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return set()
-    return {f for line in text.splitlines() if line.startswith("flags") for f in line.split(":", 1)[1].split()}
+        return frozenset()
+    return frozenset(f for line in text.splitlines() if line.startswith("flags") for f in line.split(":", 1)[1].split())
 
 
 def cpu_has_bf16() -> bool:
