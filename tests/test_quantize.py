@@ -90,11 +90,11 @@ def test_prompt_lookup_has_nothing_to_quantize():
         load_trio(int8="strong", dtype="float32", device="cpu")                   # the shipped distilled drafter shares the head
 
 
-def test_int8_bench_table_pools_against_the_same_prompts_ar():
-    """scripts/int8_bench.py: tokens/s over ar pooled over the prompts each drafter ran, outputs checked
+def test_variant_bench_table_pools_against_the_same_prompts_ar():
+    """scripts/variant_bench.py: tokens/s over ar pooled over the prompts each drafter ran, outputs checked
     against ar's, and the int8 / fp32 ratio over the prompts both ran."""
     import importlib.util
-    spec = importlib.util.spec_from_file_location("int8_bench", "scripts/int8_bench.py")
+    spec = importlib.util.spec_from_file_location("variant_bench", "scripts/variant_bench.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     def row(p, m, d, wall, out=(1, 2, 3, 4), forwards=4, strong=0.0, calls=0):

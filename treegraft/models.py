@@ -33,7 +33,7 @@ from .errors import ModelLoadError
 from .fastpath import choose_kernels, cpu_has_bf16, largest_linear, pack_models, room_for_dual
 from .quantize import quantize_drafter
 from .lookup import NgramDrafter
-from . import skip
+from . import skip, vocab
 from .trios import trio_spec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -307,6 +307,7 @@ class Trio:
     kernels: str = "stock"      # stock | packed (the CPU fast path, treegraft.fastpath)
     pair: str = ""              # the drafters as WEAK+STRONG (e.g. ngram+qwen-coder-0.5b): whose scheduler fits
     int8: str = "none"          # which drafters run in int8 (INT8_ROLES): the scheduler's arm follows their costs
+    draft_vocab: int = 0        # drafter heads cut to this many frequent tokens (0: full; treegraft.vocab)
 
     @property
     def context_len(self) -> int:
@@ -337,13 +338,22 @@ def shares_target_rows(spec: str, target: str) -> bool:
 
 def load_trio(target: str | None = None, weak: str | None = None, strong: str | None = None,
               device: str | None = None, dtype: str | torch.dtype | None = None, trio: str = "smollm2",
-              kernels: str = "auto", int8: str = "none") -> Trio:
+              kernels: str = "auto", int8: str = "none", draft_vocab: int | None = None) -> Trio:
     """Load a named trio; `target`/`weak`/`strong` (None or "default": the trio's own) override single roles.
     A drafter spec may also be `ngram` (prompt lookup, no weights). `int8` (none, weak, strong, both) runs
-    those standalone drafters in int8 on the CPU (treegraft.quantize; the target never)."""
+    those standalone drafters in int8 on the CPU (treegraft.quantize; the target never). `draft_vocab` K > 0
+    cuts every drafter's full output head to the target's K most frequent tokens (treegraft.vocab); None
+    takes the trio's default (its own target only), 0 keeps full heads."""
     if int8 not in INT8_ROLES:
         raise ModelLoadError(f"int8 must be one of {', '.join(INT8_ROLES)}, got {int8!r}")
     spec = trio_spec(trio)
+    # A scheduler and a token ranking are keyed by the target's trio; another target is "custom".
+    family = trio if target in (None, "default", spec.target) else "custom"
+    if draft_vocab is None:
+        draft_vocab = spec.draft_vocab if family != "custom" else 0
+    if not isinstance(draft_vocab, int) or draft_vocab < 0:
+        raise ModelLoadError(f"draft_vocab must be 0 (full heads) or a positive number of tokens, got {draft_vocab!r}")
+    ranked = vocab.ranking(family) if draft_vocab else ()
     target = spec.target if target in (None, "default") else target
     weak = spec.weak if weak in (None, "default") else weak
     strong = spec.strong if strong in (None, "default") else strong
@@ -370,7 +380,9 @@ def load_trio(target: str | None = None, weak: str | None = None, strong: str | 
         if model.config.vocab_size < len(tok):
             raise ModelLoadError(f"the {role} drafter has {model.config.vocab_size} output logits but the "
                                  f"target's tokenizer has {len(tok)} tokens")
-        if int8 in (role, "both"):
+        if draft_vocab and vocab.cut_head(model, ranked, draft_vocab, tgt.config.vocab_size):
+            model.treegraft_label = f"{model.treegraft_label} (head: {draft_vocab} tokens)"
+        if int8 in (role, "both"):  # after the cut: the cut head's Linear is quantized too
             quantize_drafter(model, tgt, role)
             model.treegraft_label = f"{model.treegraft_label} (int8)"
         drafters[role] = model
@@ -382,10 +394,9 @@ def load_trio(target: str | None = None, weak: str | None = None, strong: str | 
         # One-row forwards (plain decoding, a chain drafter) get their own layout when memory allows
         # (treegraft.fastpath); the target first, then the strong drafter.
         pack_models(models, dual=room_for_dual([tgt, drafters["strong"], drafters["weak"]]))
-    # A scheduler is keyed by the target's trio and the pair; another target is "custom" and has none.
-    family = trio if target == spec.target else "custom"
     pair = f"{drafter_key(weak, 'weak')}+{drafter_key(strong, 'strong')}"
-    return Trio(tgt, drafters["weak"], drafters["strong"], tok, dev, dt, names, family, chosen, pair, int8)
+    return Trio(tgt, drafters["weak"], drafters["strong"], tok, dev, dt, names, family, chosen, pair, int8,
+                draft_vocab)
 
 
 def drafter_key(spec: str, role: str) -> str:

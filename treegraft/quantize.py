@@ -2,7 +2,7 @@
 
 Why: on a CPU a drafter's forward is bound by reading its weights, and int8 weights are a quarter of
 fp32's. With Qwen2.5-Coder-0.5B as the 1.5B's strong drafter on a 2-core AVX2 machine, its seconds
-per target forward fell 36-48% at the same tau (scripts/int8_bench.py, README). A drafter
+per target forward fell 36-48% at the same tau (scripts/variant_bench.py, README). A drafter
 only proposes tokens; the target, which decides every one, is never quantized, so output stays
 token-identical to the target's own greedy decoding. What int8 can cost is acceptance.
 

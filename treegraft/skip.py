@@ -22,7 +22,8 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM
 
-FLOOR = -1e4  # logit of a token outside the head: finite (no inf - inf in later arithmetic), never chosen
+from .vocab import FLOOR
+
 PROJ = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
         "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
 

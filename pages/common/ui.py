@@ -60,6 +60,9 @@ def guard(what: str):
 
 # ---------------------------------------------------------------- settings
 
+# The "Drafter heads" choices: the load_trio draft_vocab each stands for (None: the trio's default).
+DRAFT_VOCABS = {"trio default": None, "full": 0, "4096": 4096, "8192": 8192, "16384": 16384, "32768": 32768}
+
 def policies() -> list[str]:
     from treegraft.schedule import default_policy
     names = ["always", "never", "every-k", "when-empty", "when-unsure", "strong-first", "oracle"]
@@ -73,6 +76,7 @@ def defaults() -> dict:
             # Env overrides let tests and headless runs pin device/dtype without clicking.
             "device": os.environ.get("TREEGRAFT_DEVICE", "auto"),
             "dtype": os.environ.get("TREEGRAFT_DTYPE", "auto"), "int8": "none",
+            "draft_vocab": "trio default",
             # The app teaches: its default policy calls the strong drafter on every step, so its work
             # (rescored, recovered, grafted nodes) is on screen from the first Step. The distilled
             # scheduler (`learned`, the CLI's default) is one click away in the sidebar.
@@ -153,6 +157,10 @@ def settings_sidebar(page: str) -> dict:
         _widget(st.selectbox, "int8 drafters (CPU)", "int8", seed, options=list(INT8_ROLES),
                 help="run these standalone drafters (e.g. qwen-coder-0.5b) in int8 on the CPU: faster drafting, "
                      "maybe fewer accepted tokens; the target is never quantized, so the output is unchanged")
+        _widget(st.selectbox, "Drafter heads", "draft_vocab", seed, options=list(DRAFT_VOCABS),
+                help="cut each drafter's output head to the target's K most frequent tokens: a cheaper drafter "
+                     "forward; the target still checks every token, so the output is unchanged. 'trio default': "
+                     "smollm2 8192, qwen-coder full")
     with sb.expander("Tree and decoding", expanded=True):
         _widget(st.selectbox, "Method", "method", seed, options=list(METHODS))
         _widget(st.selectbox, "Scheduler policy", "policy", seed, options=policies(),
@@ -221,18 +229,20 @@ def make_config(s: dict, **override) -> GenConfig:
 # ---------------------------------------------------------------- models
 
 @st.cache_resource(show_spinner=False, max_entries=1)  # one trio in memory: qwen-coder alone is ~11 GB
-def cached_trio(trio: str, target: str, weak: str, strong: str, device: str, dtype: str, int8: str = "none"):
+def cached_trio(trio: str, target: str, weak: str, strong: str, device: str, dtype: str, int8: str = "none",
+                draft_vocab: str = "trio default"):
     threads = os.environ.get("TREEGRAFT_THREADS")
     if threads:  # a busy shared CPU runs small models faster on fewer threads
         import torch
         torch.set_num_threads(int(threads))
     return load_trio(target.strip(), weak.strip(), strong.strip(),
                      None if device == "auto" else device, None if dtype == "auto" else dtype, trio=trio,
-                     int8=int8)
+                     int8=int8, draft_vocab=DRAFT_VOCABS[draft_vocab])
 
 
 def trio_for(s: dict):
-    specs = tuple(s[k] for k in ("trio", "target", "weak", "strong", "device", "dtype")) + (s.get("int8", "none"),)
+    specs = tuple(s[k] for k in ("trio", "target", "weak", "strong", "device", "dtype")) + \
+        (s.get("int8", "none"), s.get("draft_vocab", "trio default"))
     if any(not str(x).strip() for x in specs[1:4]):
         raise ModelLoadError("a model field is empty; use 'default', a local path or a cached Hugging Face id")
     with st.spinner(f"Loading models (trio {specs[0]}: target {specs[1]}, weak {specs[2]}, strong {specs[3]}) ..."):

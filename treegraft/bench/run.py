@@ -173,7 +173,8 @@ def run_config(trio: Trio, prompts: list[Prompt], ids: dict, plan: list[Method],
                                                                 for r in ("target", "weak", "strong")},
             "device": str(trio.device), "dtype": str(trio.dtype).replace("torch.", ""), "kernels": trio.kernels,
             "torch": torch.__version__, "hardware": hardware_class(trio.device)} \
-        | ({"int8": trio.int8} if trio.int8 != "none" else {}) | meta
+        | ({"int8": trio.int8} if trio.int8 != "none" else {}) \
+        | ({"draft_vocab": trio.draft_vocab} if trio.draft_vocab else {}) | meta
 
 
 def fingerprint(model: torch.nn.Module) -> str:

@@ -13,6 +13,8 @@ Phases, each resumable:
   skip-train    design "skip" (treegraft.distill.skip): a few layers of a smaller LM of the target's family.
   skip-export   design "skip": writes assets/drafters/<role>/ with a model card.
   eval          held-out top-1 agreement per category and per-token cost of the shipped drafters.
+  vocab         the target's tokens ranked by frequency in training text (treegraft.distill.vocab): the
+                rows a cut drafter head keeps (`--draft-vocab K`).
 
 The package: sources (where text comes from), shards (target-written data), loop (the one training
 loop, checkpoints, held-out agreement), card (weights, cost, model card), and one module per drafter
@@ -30,6 +32,7 @@ import torch
 
 from ..models import load_drafter, load_model
 from . import features, lm, skip
+from .vocab import phase_vocab
 from .card import interleaved_ms
 from .loop import CKPT, heldout_agreement
 from .shards import DATA, HELDOUT, load_shard, phase_data
@@ -54,7 +57,7 @@ def phase_eval(args) -> None:
 
 PHASES = {"data": phase_data, "train": lm.phase_train, "export": lm.phase_export, "eval": phase_eval,
           "eagle-train": features.phase_train, "eagle-export": features.phase_export,
-          "skip-train": skip.phase_train, "skip-export": skip.phase_export}
+          "skip-train": skip.phase_train, "skip-export": skip.phase_export, "vocab": phase_vocab}
 
 
 def add_segment_args(p: argparse.ArgumentParser, eval_minutes: float, checkpoint_minutes: float) -> None:
@@ -147,6 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--name", default="qwen-weak-skip")
     e.add_argument("--role", default="qwen-coder-weak")
     e.add_argument("--out", default=None, help="output directory (default: assets/drafters/<role>)")
+    v = sub.add_parser("vocab", help="rank the target's tokens by frequency in training text (assets/vocab/)")
+    v.add_argument("--trio", default="smollm2", help="whose target's tokenizer counts (a named trio)")
+    v.add_argument("--records", type=int, default=20000, help="ShareGPT answers counted")
+    v.add_argument("--out", default=None, help="output file (default: assets/vocab/<trio>.json)")
     return ap
 
 

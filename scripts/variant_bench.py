@@ -1,13 +1,16 @@
-"""An fp32 vs an int8 strong drafter, side by side in one run: one target loaded once, the same
-drafter loaded twice (fp32 on the CPU fast path; int8 by treegraft.quantize), the same prompts and
-methods, interleaved prompt by prompt with the two drafters alternating, greedy, `--budget auto`.
-Prints tokens/s over `ar` of each, tau, the strong drafter's seconds per target forward, and checks
-every output equals `ar`'s (the target's own greedy decoding).
+"""Variants of a trio's drafters side by side in one run: one target loaded once, the drafters
+loaded once per variant, the same prompts and methods, interleaved prompt by prompt with the
+variants taking turns to go first, greedy, `--budget auto`. Variants: `fp32` (as loaded), `int8`
+(the strong drafter by treegraft.quantize), `vocabK` (each drafter's full head cut to the target's K
+most frequent tokens, treegraft.vocab). Prints tokens/s over `ar` of each, tau, the strong drafter's
+seconds per target forward, and checks every output equals `ar`'s (the target's own greedy decoding).
 
-    TREEGRAFT_THREADS=2 .venv/bin/python scripts/int8_bench.py --trio qwen-coder --weak ngram \\
+    TREEGRAFT_THREADS=2 .venv/bin/python scripts/variant_bench.py --trio qwen-coder --weak ngram \\
         --strong qwen-coder-0.5b --limit 2 --max-new-tokens 32 --out runs/int8/side_by_side.jsonl
+    TREEGRAFT_THREADS=2 .venv/bin/python scripts/variant_bench.py --trio smollm2 --weak default \\
+        --strong default --variants fp32,vocab8192 --out runs/vocab/smollm2.jsonl
 
-Rows are appended to --out as each (prompt, method, drafter) finishes; rerunning the same command
+Rows are appended to --out as each (prompt, method, variant) finishes; rerunning the same command
 skips the rows already there (an interrupted run resumes), then prints the table from the file.
 """
 
@@ -31,6 +34,7 @@ from treegraft.fastpath import pack_models
 from treegraft.models import load_drafter, load_trio
 from treegraft.options import encode_prompt
 from treegraft.quantize import quantize_drafter
+from treegraft.vocab import cut_head, ranking
 
 METHODS = ("ar", "tree-strong", "treegraft:always", "treegraft:learned")
 
@@ -52,12 +56,12 @@ def run_one(trio, ids: list[int], method: str, max_new: int, depth: int) -> dict
             "output": engine.new_tokens}
 
 
-def table(rows: list[dict], methods: list[str]) -> str:
+def table(rows: list[dict], methods: list[str], variants=("fp32", "int8")) -> str:
     ar = {r["prompt"]: r for r in rows if r["method"] == "ar"}
     lines = ["| method | strong drafter | prompts | tokens/s over ar (pooled) | tau | strong s per target forward "
              "| strong calls | outputs equal ar's |", "|---|---|---|---|---|---|---|---|"]
     for m in methods[1:]:
-        for kind in ("fp32", "int8"):
+        for kind in variants:
             rs = [r for r in rows if r["method"] == m and r["drafter"] == kind and r["prompt"] in ar]
             if not rs:
                 continue
@@ -69,13 +73,39 @@ def table(rows: list[dict], methods: list[str]) -> str:
                          f"| {sum(r['strong_s'] for r in rs) / fwd:.3f} "
                          f"| {'every step' if m == 'tree-strong' else format(sum(r['strong_calls'] for r in rs) / fwd, '.0%')} "
                          f"| {same}/{len(rs)} |")
+    base = variants[0]
     for m in methods[1:]:
-        by = {k: {r["prompt"]: r for r in rows if r["method"] == m and r["drafter"] == k} for k in ("fp32", "int8")}
-        both = sorted(set(by["fp32"]) & set(by["int8"]))
-        if both:
-            ratio = (sum(by["fp32"][p]["wall_s"] for p in both) / sum(by["int8"][p]["wall_s"] for p in both))
-            lines.append(f"\n{m}: int8 / fp32 tokens/s = {ratio:.3f} over {len(both)} prompts")
+        by = {k: {r["prompt"]: r for r in rows if r["method"] == m and r["drafter"] == k} for k in variants}
+        for kind in variants[1:]:
+            both = sorted(set(by[base]) & set(by[kind]))
+            if both:
+                ratio = (sum(by[base][p]["wall_s"] for p in both) / sum(by[kind][p]["wall_s"] for p in both))
+                lines.append(f"\n{m}: {kind} / {base} tokens/s = {ratio:.3f} over {len(both)} prompts")
     return "\n".join(lines)
+
+
+def variant(trio, name: str, weak: str, strong: str):
+    """The trio with this variant's drafters (fp32: the trio itself)."""
+    if name == "fp32":
+        return trio
+    specs = {"weak": weak, "strong": strong}
+    if name == "int8":
+        drafters = {"strong": load_drafter(strong, "strong", trio.target, trio.device, trio.dtype)}
+        quantize_drafter(drafters["strong"], trio.target, "strong")
+    elif name.startswith("vocab") and name[5:].isdigit():
+        keep, drafters = int(name[5:]), {}
+        for role, spec in specs.items():
+            if spec == "ngram":
+                continue
+            model = load_drafter(spec, role, trio.target, trio.device, trio.dtype)
+            if cut_head(model, ranking(trio.trio), keep, trio.target.config.vocab_size):
+                drafters[role] = model
+    else:
+        raise SystemExit(f"unknown variant {name!r}: fp32, int8 or vocabK (e.g. vocab8192)")
+    if trio.kernels == "packed":
+        pack_models(list(drafters.values()))  # their fp32 Linears, like the first variant's
+    return dataclasses.replace(trio, **drafters,
+                               names=trio.names | {r: f"{trio.names[r]} ({name})" for r in drafters})
 
 
 def main() -> None:
@@ -84,6 +114,7 @@ def main() -> None:
     ap.add_argument("--weak", default="ngram")
     ap.add_argument("--strong", default="qwen-coder-0.5b")
     ap.add_argument("--methods", default=",".join(METHODS), help="comma-separated; ar first")
+    ap.add_argument("--variants", default="fp32,int8", help="comma-separated: fp32 (first: the baseline), int8, vocabK")
     ap.add_argument("--limit", type=int, default=2, help="prompts per set (all six sets)")
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--depth", type=int, default=10)
@@ -99,22 +130,20 @@ def main() -> None:
     done = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
     keys = {(r["prompt"], r["method"], r["drafter"]) for r in done}
     prompts = [p for s in SUITES for p in load_suite(s, a.limit)]
+    variants = a.variants.split(",")
+    if variants[0] != "fp32" or len(variants) < 2:
+        raise SystemExit("--variants must start with fp32 (the baseline) and name at least one more")
     fp32 = load_trio(trio=a.trio, weak=a.weak, strong=a.strong, dtype="float32", device="cpu")
-    drafter = load_drafter(a.strong, "strong", fp32.target, fp32.device, fp32.dtype)
-    quantize_drafter(drafter, fp32.target, "strong")
-    if fp32.kernels == "packed":
-        pack_models([drafter])                 # its fp32 Linears (the down projections), like the other one
-    int8 = dataclasses.replace(fp32, strong=drafter, names=fp32.names | {"strong": fp32.names["strong"] + " (int8)"})
-    trios = {"fp32": fp32, "int8": int8}
+    trios = {v: variant(fp32, v, a.weak, a.strong) for v in variants}
     print(f"{len(prompts)} prompts x {methods}: {fp32.names}, kernels {fp32.kernels}, "
           f"{torch.get_num_threads()} threads", file=sys.stderr)
     with out.open("a") as f:
         for i, p in enumerate(prompts):
             ids = encode_prompt(fp32.tokenizer, p.text, raw=False)
             for m in methods:
-                # the two drafters alternate which goes first, so a drifting machine slows both alike
-                for kind in (("fp32", "int8") if i % 2 == 0 else ("int8", "fp32")):
-                    if m == "ar" and kind == "int8" or (p.id, m, kind) in keys:
+                # the variants take turns to go first, so a drifting machine slows all alike
+                for kind in variants[i % len(variants):] + variants[:i % len(variants)]:
+                    if m == "ar" and kind != "fp32" or (p.id, m, kind) in keys:
                         continue
                     row = {"prompt": p.id, "method": m, "drafter": kind} | run_one(trios[kind], ids, m, a.max_new_tokens, a.depth)
                     f.write(json.dumps(row) + "\n")
@@ -123,7 +152,7 @@ def main() -> None:
                     print(f"{p.id} {m} {kind}: {row['new_tokens'] / row['wall_s']:.2f} tokens/s", file=sys.stderr)
     print(f"{a.trio}: weak {a.weak}, strong {a.strong}; fp32, {len(prompts)} prompts x {a.max_new_tokens} new tokens, "
           f"{torch.get_num_threads()} threads, kernels {fp32.kernels}")
-    print(table(done, methods))
+    print(table(done, methods, variants))
 
 
 if __name__ == "__main__":
