@@ -8,6 +8,7 @@
 # beside the fp32 one (arm_int8 in scheduler.json), since a cheaper drafter may pay where the fp32 one did not.
 # HARDWARE=cpu-avx512 (this machine's class: treegraft.fastpath.hardware_class) keeps the arm for that
 # class of machine only (arm_hardware), since what a tree costs to verify, and so the fastest arm, moves with it.
+# DRAFT_VOCAB=K cuts the drafters' heads to K tokens (--draft-vocab; unset: the trio's default, 0: full heads).
 # Resumable (each compare run is). One pair at a time.
 #   scripts/choose_arms.sh OUT [trio/weak+strong ...]
 set -euo pipefail
@@ -24,7 +25,7 @@ for p in "${pairs[@]}"; do
     "assets/scheduler/$p/scheduler.json" "$root/$p/gain.json"
   echo "== $p $(date -u +%H:%M:%S)"
   TREEGRAFT_THREADS=2 "$py" -m treegraft scheduler compare --trio "$trio" --weak "$(role "$weak")" \
-    --strong "$(role "$strong")" --int8 "${INT8:-none}" --dtype float32 --per-suite "${PER_SUITE:-1}" --offset 70 --max-new-tokens 32 --budget auto \
+    --strong "$(role "$strong")" --int8 "${INT8:-none}" ${DRAFT_VOCAB:+--draft-vocab "$DRAFT_VOCAB"} --dtype float32 --per-suite "${PER_SUITE:-1}" --offset 70 --max-new-tokens 32 --budget auto \
     --depth 10 --methods "tree-strong,treegraft:never,treegraft:always,treegraft:when-empty,treegraft:when-unsure${EXTRA_ARMS:+,$EXTRA_ARMS},treegraft:learned" \
     --scheduler "$root/$p/gain.json" --repeats "${REPEATS:-2}" --out "$root/$p/compare"
   "$py" -m treegraft scheduler choose --compare "$root/$p/compare" --scheduler "assets/scheduler/$p" \

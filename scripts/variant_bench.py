@@ -58,7 +58,7 @@ def run_one(trio, ids: list[int], method: str, max_new: int, depth: int) -> dict
 
 def table(rows: list[dict], methods: list[str], variants=("fp32", "int8")) -> str:
     ar = {r["prompt"]: r for r in rows if r["method"] == "ar"}
-    lines = ["| method | strong drafter | prompts | tokens/s over ar (pooled) | tau | strong s per target forward "
+    lines = ["| method | drafters | prompts | tokens/s over ar (pooled) | tau | strong s per target forward "
              "| strong calls | outputs equal ar's |", "|---|---|---|---|---|---|---|---|"]
     for m in methods[1:]:
         for kind in variants:

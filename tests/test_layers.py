@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent / "treegraft"
 
 # Lowest first. A subpackage (bench, distill) is one entry: its modules share its layer.
 LAYERS = [
-    ("model plumbing", {"errors", "chunks", "fastpath", "quantize", "trios", "models", "kv", "eagle", "skip", "lookup", "tree",
+    ("model plumbing", {"errors", "chunks", "fastpath", "quantize", "vocab", "trios", "models", "kv", "eagle", "skip", "lookup", "tree",
                         "record", "costs"}),
     ("method", {"treegraft", "draft", "graft", "verify", "schedule", "budget", "calibrate", "engine"}),  # treegraft: the public API
     ("options", {"options"}),  # settings and prompts from the outside world, shared by every front end

@@ -102,3 +102,9 @@ def test_the_smollm2_trio_cuts_its_drafters_heads_by_default_and_full_heads_stay
     assert full.draft_vocab == 0 and not isinstance(full.strong.lm_head, CutHead)
     with pytest.raises(ModelLoadError, match="draft_vocab must be"):
         load_trio(dtype="float32", device="cpu", draft_vocab=-1)
+
+
+def test_another_target_has_no_ranking_so_an_explicit_cut_is_refused_before_loading(tmp_path):
+    from treegraft.models import load_trio
+    with pytest.raises(ModelLoadError, match="token rankings ship for the named trios"):
+        load_trio(target=str(tmp_path), draft_vocab=4096, dtype="float32", device="cpu")

@@ -34,7 +34,7 @@ from .fastpath import choose_kernels, cpu_has_bf16, largest_linear, pack_models,
 from .quantize import quantize_drafter
 from .lookup import NgramDrafter
 from . import skip, vocab
-from .trios import trio_spec
+from .trios import TRIOS, trio_spec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ASSETS = REPO_ROOT / "assets"
@@ -307,7 +307,7 @@ class Trio:
     kernels: str = "stock"      # stock | packed (the CPU fast path, treegraft.fastpath)
     pair: str = ""              # the drafters as WEAK+STRONG (e.g. ngram+qwen-coder-0.5b): whose scheduler fits
     int8: str = "none"          # which drafters run in int8 (INT8_ROLES): the scheduler's arm follows their costs
-    draft_vocab: int = 0        # drafter heads cut to this many frequent tokens (0: full; treegraft.vocab)
+    draft_vocab: int = 0        # drafter heads cut to this many frequent tokens (0: none was; treegraft.vocab)
 
     @property
     def context_len(self) -> int:
@@ -353,7 +353,10 @@ def load_trio(target: str | None = None, weak: str | None = None, strong: str | 
         draft_vocab = spec.draft_vocab if family != "custom" else 0
     if not isinstance(draft_vocab, int) or draft_vocab < 0:
         raise ModelLoadError(f"draft_vocab must be 0 (full heads) or a positive number of tokens, got {draft_vocab!r}")
-    ranked = vocab.ranking(family) if draft_vocab else ()
+    if draft_vocab and family == "custom":
+        raise ModelLoadError(f"--draft-vocab: token rankings ship for the named trios' own targets ({', '.join(TRIOS)}), "
+                             f"not for {target!r}; use --draft-vocab 0")
+    ranked, cut = (vocab.ranking(family) if draft_vocab else ()), False
     target = spec.target if target in (None, "default") else target
     weak = spec.weak if weak in (None, "default") else weak
     strong = spec.strong if strong in (None, "default") else strong
@@ -381,6 +384,7 @@ def load_trio(target: str | None = None, weak: str | None = None, strong: str | 
             raise ModelLoadError(f"the {role} drafter has {model.config.vocab_size} output logits but the "
                                  f"target's tokenizer has {len(tok)} tokens")
         if draft_vocab and vocab.cut_head(model, ranked, draft_vocab, tgt.config.vocab_size):
+            cut = True
             model.treegraft_label = f"{model.treegraft_label} (head: {draft_vocab} tokens)"
         if int8 in (role, "both"):  # after the cut: the cut head's Linear is quantized too
             quantize_drafter(model, tgt, role)
@@ -396,7 +400,7 @@ def load_trio(target: str | None = None, weak: str | None = None, strong: str | 
         pack_models(models, dual=room_for_dual([tgt, drafters["strong"], drafters["weak"]]))
     pair = f"{drafter_key(weak, 'weak')}+{drafter_key(strong, 'strong')}"
     return Trio(tgt, drafters["weak"], drafters["strong"], tok, dev, dt, names, family, chosen, pair, int8,
-                draft_vocab)
+                draft_vocab if cut else 0)
 
 
 def drafter_key(spec: str, role: str) -> str:

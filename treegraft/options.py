@@ -34,7 +34,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "stays as loaded, so output is unchanged)")
     g.add_argument("--draft-vocab", type=int, default=None, metavar="K",
                    help="cut each drafter's full output head to the target's K most frequent tokens (0: full "
-                        "heads; default: the trio's, smollm2 8192): a cheaper drafter forward, the target still "
+                        "heads; default: the trio's, smollm2 8192, qwen-coder 16384): a cheaper drafter forward, the target still "
                         "verifies over every token")
 
 

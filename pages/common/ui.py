@@ -160,7 +160,7 @@ def settings_sidebar(page: str) -> dict:
         _widget(st.selectbox, "Drafter heads", "draft_vocab", seed, options=list(DRAFT_VOCABS),
                 help="cut each drafter's output head to the target's K most frequent tokens: a cheaper drafter "
                      "forward; the target still checks every token, so the output is unchanged. 'trio default': "
-                     "smollm2 8192, qwen-coder full")
+                     "smollm2 8192, qwen-coder 16384")
     with sb.expander("Tree and decoding", expanded=True):
         _widget(st.selectbox, "Method", "method", seed, options=list(METHODS))
         _widget(st.selectbox, "Scheduler policy", "policy", seed, options=policies(),
