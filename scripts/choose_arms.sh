@@ -8,6 +8,8 @@
 # beside the fp32 one (arm_int8 in scheduler.json), since a cheaper drafter may pay where the fp32 one did not.
 # HARDWARE=cpu-avx512 (this machine's class: treegraft.fastpath.hardware_class) keeps the arm for that
 # class of machine only (arm_hardware), since what a tree costs to verify, and so the fastest arm, moves with it.
+# ARCHIVE=docs/bench/arms-X copies each validation run to ARCHIVE/<trio>__<pair> and records that path as
+# the arm's source (scheduler choose --archive; runs/ is never committed).
 # DRAFT_VOCAB=K cuts the drafters' heads to K tokens (--draft-vocab; unset: the trio's default, 0: full heads).
 # Resumable (each compare run is). One pair at a time.
 #   scripts/choose_arms.sh OUT [trio/weak+strong ...]
@@ -29,6 +31,6 @@ for p in "${pairs[@]}"; do
     --depth 10 --methods "tree-strong,treegraft:never,treegraft:always,treegraft:when-empty,treegraft:when-unsure${EXTRA_ARMS:+,$EXTRA_ARMS},treegraft:learned" \
     --scheduler "$root/$p/gain.json" --repeats "${REPEATS:-2}" --out "$root/$p/compare"
   "$py" -m treegraft scheduler choose --compare "$root/$p/compare" --scheduler "assets/scheduler/$p" \
-    ${HARDWARE:+--hardware "$HARDWARE"}
+    ${HARDWARE:+--hardware "$HARDWARE"} ${ARCHIVE:+--archive "$ARCHIVE/${p/\//__}"}
 done
 echo "== done $(date -u +%H:%M:%S)"

@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -571,6 +572,15 @@ def test_choose_pools_earlier_runs_of_the_same_prompts_by_relative_speed(rows, t
     assert "**never**" in report and f"--pool {old}" in report and "relative speed, pooled" in report
     policy = load_learned(tmp_path / "s" / "scheduler.json")
     assert policy.arm == "never" and "over several runs" in policy.why() and "never 1.10" in policy.why()
+    # --archive copies the runs beside the scheduler's record and points at the copies
+    kept = tmp_path / "docs" / "arm"
+    assert main(["choose", "--compare", new, "--pool", old, "--scheduler", str(tmp_path / "s"),
+                 "--archive", str(kept)]) == 0
+    saved = json.loads((tmp_path / "s" / "scheduler.json").read_text())["arm"]
+    assert saved["source"] == str(kept) and saved["pool"] == [str(kept / "pool1")]
+    assert (kept / "results.csv").read_text() == (Path(new) / "results.csv").read_text()
+    assert (kept / "pool1" / "results.csv").read_text() == (Path(old) / "results.csv").read_text()
+    assert f"`{kept}`" in (tmp_path / "s" / "REPORT.md").read_text()
     other = run("other", {"treegraft:never": 3.0, "treegraft:always": 2.0}, prompts=("a", "c"))
     assert main(["choose", "--compare", new, "--pool", other, "--scheduler", str(tmp_path / "s")]) == 2
     with pytest.raises(ValueError, match="share no fixed arm"):

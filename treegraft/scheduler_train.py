@@ -638,9 +638,13 @@ def cmd_choose(a) -> int:
     if hardware and ran_on - {hardware}:
         raise ValueError(f"--hardware {hardware}, but these runs were measured on {', '.join(sorted(ran_on))} "
                          "machines; pool only runs of one machine class")
-    chosen = choose_arm(df, frames[1:]) | {"source": str(a.compare), "repeats": configs[0].get("repeats", 1)}
-    if a.pool:
-        chosen["pool"] = [str(p) for p in a.pool]
+    source, pool = str(a.compare), [str(p) for p in a.pool]
+    if a.archive:  # runs/ is never committed: keep a copy the scheduler's record can point at
+        source = archive_run(a.compare, Path(a.archive))
+        pool = [archive_run(p, Path(a.archive) / f"pool{i + 1}") for i, p in enumerate(a.pool)]
+    chosen = choose_arm(df, frames[1:]) | {"source": source, "repeats": configs[0].get("repeats", 1)}
+    if pool:
+        chosen["pool"] = pool
     if hardware:  # tree verification costs differ by machine class, so another arm may win there
         art.setdefault("arm_hardware", {})[hardware] = chosen
     elif int8 == "none":
@@ -654,6 +658,19 @@ def cmd_choose(a) -> int:
                                       arm_heading(int8, hardware), section))
     print(section)
     return 0
+
+
+ARCHIVED = ("config.json", "results.csv", "summary.csv", "outputs.jsonl", "provenance.md")
+
+
+def archive_run(run: str, where: Path) -> str:
+    """Copy a bench run's record (not its HTML report) to `where`; returns that path."""
+    import shutil
+    where.mkdir(parents=True, exist_ok=True)
+    for name in ARCHIVED:
+        if (Path(run) / name).exists():
+            shutil.copyfile(Path(run) / name, where / name)
+    return str(where)
 
 
 ARM_HEADING = "## Arm (chosen on validation prompts)"
@@ -789,6 +806,9 @@ def main(argv=None) -> int:
     c.add_argument("--hardware", default=None, metavar="CLASS",
                    help="keep the arm for this machine class only (cpu-avx512, cpu-avx2, cuda: what "
                         "treegraft.fastpath.hardware_class says where the run was measured), beside the default arm")
+    c.add_argument("--archive", default=None, metavar="DIR",
+                   help="copy the validation run (and each --pool run, to DIR/poolN) to DIR, e.g. under docs/bench/, "
+                        "and record that path as the arm's source instead of the uncommitted run")
     c.set_defaults(func=cmd_choose)
     a = ap.parse_args(argv)
     try:
