@@ -88,13 +88,12 @@ def variant(trio, name: str, weak: str, strong: str):
     """The trio with this variant's drafters (fp32: the trio itself)."""
     if name == "fp32":
         return trio
-    specs = {"weak": weak, "strong": strong}
     if name == "int8":
         drafters = {"strong": load_drafter(strong, "strong", trio.target, trio.device, trio.dtype)}
         quantize_drafter(drafters["strong"], trio.target, "strong")
     elif name.startswith("vocab") and name[5:].isdigit():
         keep, drafters = int(name[5:]), {}
-        for role, spec in specs.items():
+        for role, spec in (("weak", weak), ("strong", strong)):
             if spec == "ngram":
                 continue
             model = load_drafter(spec, role, trio.target, trio.device, trio.dtype)

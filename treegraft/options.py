@@ -10,7 +10,7 @@ import dataclasses
 from .engine import ConfigError, GenConfig
 from .fastpath import KERNELS
 from .models import INT8_ROLES, Trio, load_trio
-from .trios import TRIOS
+from .trios import TRIOS, draft_vocab_defaults
 from .graft import GraftConfig
 from .schedule import POLICIES, default_policy
 
@@ -34,8 +34,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "stays as loaded, so output is unchanged)")
     g.add_argument("--draft-vocab", type=int, default=None, metavar="K",
                    help="cut each drafter's full output head to the target's K most frequent tokens (0: full "
-                        "heads; default: the trio's, smollm2 8192, qwen-coder 16384): a cheaper drafter forward, the target still "
-                        "verifies over every token")
+                        f"heads; default: the trio's, {draft_vocab_defaults()}): a cheaper drafter forward, the target "
+                        "still verifies over every token")
 
 
 def trio_from_args(a) -> Trio:

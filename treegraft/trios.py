@@ -37,6 +37,11 @@ TRIOS = {
 }
 
 
+def draft_vocab_defaults() -> str:
+    """Each trio's default cut, for help texts: "smollm2 8192, qwen-coder 16384"."""
+    return ", ".join(f"{name} {spec.draft_vocab or 'full'}" for name, spec in TRIOS.items())
+
+
 def trio_spec(name: str) -> TrioSpec:
     if name not in TRIOS:
         raise ModelLoadError(f"unknown trio {name!r}; choose one of {', '.join(TRIOS)}")

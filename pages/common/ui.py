@@ -19,7 +19,7 @@ from treegraft.options import encode_prompt
 from treegraft.engine import METHODS, ConfigError, Engine, GenConfig
 from treegraft.graft import GraftConfig
 from treegraft.models import INT8_ROLES, ModelLoadError, load_trio
-from treegraft.trios import TRIOS
+from treegraft.trios import TRIOS, draft_vocab_defaults
 from treegraft.record import StepRecord, dumps_trace
 
 # Errors a user can cause with their input: shown as st.error with the engine's own message.
@@ -160,7 +160,7 @@ def settings_sidebar(page: str) -> dict:
         _widget(st.selectbox, "Drafter heads", "draft_vocab", seed, options=list(DRAFT_VOCABS),
                 help="cut each drafter's output head to the target's K most frequent tokens: a cheaper drafter "
                      "forward; the target still checks every token, so the output is unchanged. 'trio default': "
-                     "smollm2 8192, qwen-coder 16384")
+                     + draft_vocab_defaults())
     with sb.expander("Tree and decoding", expanded=True):
         _widget(st.selectbox, "Method", "method", seed, options=list(METHODS))
         _widget(st.selectbox, "Scheduler policy", "policy", seed, options=policies(),

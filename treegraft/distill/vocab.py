@@ -13,8 +13,9 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from ..models import ASSETS, load_tokenizer
+from ..models import load_tokenizer
 from ..trios import trio_spec
+from ..vocab import VOCAB_DIR
 from .sources import first_exchange, is_heldout_sharegpt, sharegpt_records
 
 KEEP = 32768          # ids written: the largest head worth cutting to
@@ -54,7 +55,7 @@ def rank(trio: str, records: int) -> dict:
 
 
 def phase_vocab(args) -> None:
-    out = Path(args.out) if args.out else ASSETS / "vocab" / f"{args.trio}.json"
+    out = Path(args.out) if args.out else VOCAB_DIR / f"{args.trio}.json"
     r = rank(args.trio, args.records)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
