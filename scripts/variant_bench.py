@@ -1,8 +1,9 @@
 """Variants of a trio's drafters side by side in one run: one target loaded once, the drafters
 loaded once per variant, the same prompts and methods, interleaved prompt by prompt with the
-variants taking turns to go first, greedy, `--budget auto`. Variants: `fp32` (as loaded), `int8`
-(the strong drafter by treegraft.quantize), `vocabK` (each drafter's full head cut to the target's K
-most frequent tokens, treegraft.vocab). Prints tokens/s over `ar` of each, tau, the strong drafter's
+variants taking turns to go first, greedy, `--budget auto`. Variants: `fp32` (full heads, whatever
+the trio's default cut), `int8` (the strong drafter by treegraft.quantize), `vocabK` (each drafter's
+full head cut to the target's K most frequent tokens, plus each prompt's own tokens, treegraft.vocab),
+`vocabK-fixed` (the K tokens alone). Prints tokens/s over `ar` of each, tau, the strong drafter's
 seconds per target forward, and checks every output equals `ar`'s (the target's own greedy decoding).
 
     TREEGRAFT_THREADS=2 .venv/bin/python scripts/variant_bench.py --trio qwen-coder --weak ngram \\
@@ -91,16 +92,17 @@ def variant(trio, name: str, weak: str, strong: str):
     if name == "int8":
         drafters = {"strong": load_drafter(strong, "strong", trio.target, trio.device, trio.dtype)}
         quantize_drafter(drafters["strong"], trio.target, "strong")
-    elif name.startswith("vocab") and name[5:].isdigit():
-        keep, drafters = int(name[5:]), {}
+    elif name.startswith("vocab") and name[5:].removesuffix("-fixed").isdigit():
+        keep, drafters = int(name[5:].removesuffix("-fixed")), {}
         for role, spec in (("weak", weak), ("strong", strong)):
             if spec == "ngram":
                 continue
             model = load_drafter(spec, role, trio.target, trio.device, trio.dtype)
-            if cut_head(model, ranking(trio.trio), keep, trio.target.config.vocab_size):
+            if cut_head(model, ranking(trio.trio), keep, trio.target.config.vocab_size,
+                        prompt=not name.endswith("-fixed")):
                 drafters[role] = model
     else:
-        raise SystemExit(f"unknown variant {name!r}: fp32, int8 or vocabK (e.g. vocab8192)")
+        raise SystemExit(f"unknown variant {name!r}: fp32, int8, vocabK or vocabK-fixed (e.g. vocab8192)")
     if trio.kernels == "packed":
         pack_models(list(drafters.values()))  # their fp32 Linears, like the first variant's
     return dataclasses.replace(trio, **drafters,
@@ -113,7 +115,7 @@ def main() -> None:
     ap.add_argument("--weak", default="ngram")
     ap.add_argument("--strong", default="qwen-coder-0.5b")
     ap.add_argument("--methods", default=",".join(METHODS), help="comma-separated; ar first")
-    ap.add_argument("--variants", default="fp32,int8", help="comma-separated: fp32 (first: the baseline), int8, vocabK")
+    ap.add_argument("--variants", default="fp32,int8", help="comma-separated: fp32 (first: the baseline), int8, vocabK, vocabK-fixed")
     ap.add_argument("--limit", type=int, default=2, help="prompts per set (all six sets)")
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--depth", type=int, default=10)
@@ -132,7 +134,7 @@ def main() -> None:
     variants = a.variants.split(",")
     if variants[0] != "fp32" or len(variants) < 2:
         raise SystemExit("--variants must start with fp32 (the baseline) and name at least one more")
-    fp32 = load_trio(trio=a.trio, weak=a.weak, strong=a.strong, dtype="float32", device="cpu")
+    fp32 = load_trio(trio=a.trio, weak=a.weak, strong=a.strong, dtype="float32", device="cpu", draft_vocab=0)
     trios = {v: variant(fp32, v, a.weak, a.strong) for v in variants}
     print(f"{len(prompts)} prompts x {methods}: {fp32.names}, kernels {fp32.kernels}, "
           f"{torch.get_num_threads()} threads", file=sys.stderr)

@@ -20,6 +20,7 @@ from .models import Trio, sync
 from .record import StepRecord
 from .schedule import Decision, History, Policy, features, make_policy, scheduler_for
 from .tree import DraftTree, select
+from .vocab import admit
 from .verify import accept_greedy, accept_sample, target_probs
 
 METHODS = ("ar", "tree-weak", "tree-strong", "treegraft")
@@ -134,6 +135,8 @@ class Engine:
                               f"{self.trio.context_len}; shorten it")
         for r in (self.target, self.weak, self.strong):
             r.reset()
+        for r in (self.weak, self.strong):
+            admit(r.model, prompt_ids)  # a cut head's rows for this prompt's tokens (treegraft.vocab)
         self.seq, self.prompt_len, self.records = list(prompt_ids), len(prompt_ids), []
         self.history = History()
         self.calibration.reset()

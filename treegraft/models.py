@@ -308,6 +308,7 @@ class Trio:
     pair: str = ""              # the drafters as WEAK+STRONG (e.g. ngram+qwen-coder-0.5b): whose scheduler fits
     int8: str = "none"          # which drafters run in int8 (INT8_ROLES): the scheduler's arm follows their costs
     draft_vocab: int = 0        # drafter heads cut to this many frequent tokens (0: none was; treegraft.vocab)
+    draft_vocab_prompt: bool = False  # and given each prompt's tokens
 
     @property
     def context_len(self) -> int:
@@ -338,12 +339,14 @@ def shares_target_rows(spec: str, target: str) -> bool:
 
 def load_trio(target: str | None = None, weak: str | None = None, strong: str | None = None,
               device: str | None = None, dtype: str | torch.dtype | None = None, trio: str = "smollm2",
-              kernels: str = "auto", int8: str = "none", draft_vocab: int | None = None) -> Trio:
+              kernels: str = "auto", int8: str = "none", draft_vocab: int | None = None,
+              draft_vocab_prompt: bool = True) -> Trio:
     """Load a named trio; `target`/`weak`/`strong` (None or "default": the trio's own) override single roles.
     A drafter spec may also be `ngram` (prompt lookup, no weights). `int8` (none, weak, strong, both) runs
     those standalone drafters in int8 on the CPU (treegraft.quantize; the target never). `draft_vocab` K > 0
     cuts every drafter's full output head to the target's K most frequent tokens (treegraft.vocab); None
-    takes the trio's default (its own target only), 0 keeps full heads."""
+    takes the trio's default (its own target only), 0 keeps full heads; `draft_vocab_prompt` gives a cut
+    head each generation's prompt tokens too."""
     if int8 not in INT8_ROLES:
         raise ModelLoadError(f"int8 must be one of {', '.join(INT8_ROLES)}, got {int8!r}")
     spec = trio_spec(trio)
@@ -383,9 +386,10 @@ def load_trio(target: str | None = None, weak: str | None = None, strong: str | 
         if model.config.vocab_size < len(tok):
             raise ModelLoadError(f"the {role} drafter has {model.config.vocab_size} output logits but the "
                                  f"target's tokenizer has {len(tok)} tokens")
-        if draft_vocab and vocab.cut_head(model, ranked, draft_vocab, tgt.config.vocab_size):
+        if draft_vocab and vocab.cut_head(model, ranked, draft_vocab, tgt.config.vocab_size, draft_vocab_prompt):
             cut = True
-            model.treegraft_label = f"{model.treegraft_label} (head: {draft_vocab} tokens)"
+            plus = " + the prompt's" if draft_vocab_prompt else ""
+            model.treegraft_label = f"{model.treegraft_label} (head: {draft_vocab} tokens{plus})"
         if int8 in (role, "both"):  # after the cut: the cut head's Linear is quantized too
             quantize_drafter(model, tgt, role)
             model.treegraft_label = f"{model.treegraft_label} (int8)"
@@ -400,7 +404,7 @@ def load_trio(target: str | None = None, weak: str | None = None, strong: str | 
         pack_models(models, dual=room_for_dual([tgt, drafters["strong"], drafters["weak"]]))
     pair = f"{drafter_key(weak, 'weak')}+{drafter_key(strong, 'strong')}"
     return Trio(tgt, drafters["weak"], drafters["strong"], tok, dev, dt, names, family, chosen, pair, int8,
-                draft_vocab if cut else 0)
+                draft_vocab if cut else 0, cut and draft_vocab_prompt)
 
 
 def drafter_key(spec: str, role: str) -> str:

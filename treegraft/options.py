@@ -36,13 +36,17 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="cut each drafter's full output head to the target's K most frequent tokens (0: full "
                         f"heads; default: the trio's, {draft_vocab_defaults()}): a cheaper drafter forward, the target "
                         "still verifies over every token")
+    g.add_argument("--draft-vocab-prompt", action=argparse.BooleanOptionalAction, default=True,
+                   help="a cut head also gets each prompt's own tokens for that generation (rare words the answer "
+                        "copies; default: on)")
 
 
 def trio_from_args(a) -> Trio:
     """The trio that add_model_args' options name."""
     return load_trio(a.target, a.weak, a.strong, a.device, None if a.dtype == "auto" else a.dtype,
                      trio=getattr(a, "trio", "smollm2"), kernels=getattr(a, "kernels", "auto"),
-                     int8=getattr(a, "int8", "none"), draft_vocab=getattr(a, "draft_vocab", None))
+                     int8=getattr(a, "int8", "none"), draft_vocab=getattr(a, "draft_vocab", None),
+                     draft_vocab_prompt=getattr(a, "draft_vocab_prompt", True))
 
 
 def add_tree_args(p: argparse.ArgumentParser) -> None:

@@ -10,6 +10,11 @@ proposal and no opinion throughout the engine (draft.add_children, graft), so a 
 proposes an unkept token and never rescores one it cannot see. The target still verifies every
 token over its full vocabulary: output is unchanged, only acceptance can move.
 
+A prompt copies rare words (names, terms, code identifiers) that the answer repeats, and a ranking of
+training text cannot know them: on held-out prompts a third to a half of the target's tokens outside a
+cut head occur in the prompt. So by default a cut head also gets the prompt's tokens' rows for the
+length of one generation (`admit`, from Engine.start; `--no-draft-vocab-prompt` turns it off).
+
 The ranking comes from training text (treegraft.distill.vocab), shipped as assets/vocab/<trio>.json.
 """
 
@@ -21,6 +26,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from .errors import ModelLoadError
 
@@ -31,10 +37,13 @@ FLOOR = -1e4  # logit of a token outside a cut head: finite (no inf - inf in lat
 class CutHead(nn.Module):
     """Logits over the full vocabulary from the kept rows only; the rest sit at the row's floor."""
 
-    def __init__(self, head: nn.Linear, ids: torch.Tensor):
+    def __init__(self, head: nn.Linear, ids: torch.Tensor, prompt: bool = True):
         super().__init__()
         w = head.weight
-        self.vocab = w.shape[0]
+        self.vocab, self.prompt = w.shape[0], prompt
+        # The full rows the prompt's tokens are read from: a tuple, so neither a parameter to pack or
+        # quantize nor a copy (a tied head's rows are the embedding, which stays anyway).
+        self.source = (w, head.bias)
         self.proj = nn.Linear(w.shape[1], len(ids), bias=head.bias is not None, device=w.device, dtype=w.dtype)
         ids = ids.to(w.device)
         with torch.no_grad():
@@ -42,10 +51,37 @@ class CutHead(nn.Module):
             if head.bias is not None:
                 self.proj.bias.copy_(head.bias[ids])
         self.register_buffer("ids", ids, persistent=False)
+        kept = torch.zeros(self.vocab, dtype=torch.bool, device=w.device)
+        self.register_buffer("kept", kept.index_fill_(0, ids, True), persistent=False)
+        self.extra: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None  # (ids, rows, bias)
+
+    def admit(self, token_ids: list[int]) -> int:
+        """Give these tokens (a prompt's) their full rows beside the kept ones, replacing what an earlier
+        call admitted; a no-op with prompt=False. Returns how many rows were added."""
+        self.extra = None
+        if not self.prompt or not token_ids:
+            return 0
+        w, b = self.source
+        ids = torch.tensor(sorted(set(token_ids)), dtype=torch.long, device=w.device)
+        ids = ids[(ids < self.vocab) & (ids >= 0)]
+        ids = ids[~self.kept[ids]]
+        if len(ids):
+            self.extra = (ids, w[ids], None if b is None else b[ids])
+        return len(ids)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         out = hidden.new_full((*hidden.shape[:-1], self.vocab), FLOOR)
-        return out.index_copy_(-1, self.ids, self.proj(hidden))
+        out.index_copy_(-1, self.ids, self.proj(hidden))
+        if self.extra is not None:
+            ids, rows, bias = self.extra
+            out.index_copy_(-1, ids, F.linear(hidden, rows, bias))
+        return out
+
+
+def admit(model: nn.Module, token_ids: list[int]) -> int:
+    """Admit a generation's prompt into this drafter's cut head, if it has one (else 0, nothing done)."""
+    head = getattr(model, "lm_head", None)
+    return head.admit(token_ids) if isinstance(head, CutHead) else 0
 
 
 @lru_cache(maxsize=4)
@@ -67,8 +103,9 @@ def full_head(model: nn.Module, vocab: int) -> nn.Linear | None:
     return head if isinstance(head, nn.Linear) and head.weight.shape[0] == vocab else None
 
 
-def cut_head(model: nn.Module, ids: tuple[int, ...], keep: int, vocab: int) -> bool:
-    """Give this drafter a head of the first `keep` ranked ids, in place. False if it has no full head."""
+def cut_head(model: nn.Module, ids: tuple[int, ...], keep: int, vocab: int, prompt: bool = True) -> bool:
+    """Give this drafter a head of the first `keep` ranked ids (and, with `prompt`, each generation's
+    prompt tokens), in place. False if it has no full head."""
     head = full_head(model, vocab)
     if head is None:
         return False
@@ -78,5 +115,5 @@ def cut_head(model: nn.Module, ids: tuple[int, ...], keep: int, vocab: int) -> b
     if int(chosen.max()) >= vocab:
         raise ModelLoadError(f"the token ranking has ids up to {int(chosen.max())} but the vocabulary has {vocab}: "
                              "it was built for another tokenizer")
-    model.lm_head = CutHead(head, chosen)  # FeatureDrafter and HF causal LMs both call self.lm_head
+    model.lm_head = CutHead(head, chosen, prompt)  # FeatureDrafter and HF causal LMs both call self.lm_head
     return True

@@ -26,6 +26,7 @@ from ..options import AUTO_CAP
 from ..models import Trio, sync
 from ..record import oracle_extra_s, provenance_by_depth, summarize
 from ..schedule import POLICIES
+from ..vocab import admit
 
 ENGINE_METHODS = ("ar", "tree-weak", "tree-strong")
 ASSISTED = {"assisted": "strong", "assisted-weak": "weak", "pld": None}
@@ -205,6 +206,7 @@ class AssistedRunner:
                   pad_token_id=eos[0] if eos else None)
         if self.assistant is not None:
             self.assistant.generation_config = copy.deepcopy(self.fresh_config)
+            admit(self.assistant, ids)  # the same cut head our engine's drafter gets for this prompt
             kw["assistant_model"] = self.assistant
         else:
             kw["prompt_lookup_num_tokens"] = PLD_TOKENS

@@ -174,7 +174,8 @@ def run_config(trio: Trio, prompts: list[Prompt], ids: dict, plan: list[Method],
             "device": str(trio.device), "dtype": str(trio.dtype).replace("torch.", ""), "kernels": trio.kernels,
             "torch": torch.__version__, "hardware": hardware_class(trio.device)} \
         | ({"int8": trio.int8} if trio.int8 != "none" else {}) \
-        | ({"draft_vocab": trio.draft_vocab} if trio.draft_vocab else {}) | meta
+        | ({"draft_vocab": trio.draft_vocab, "draft_vocab_prompt": trio.draft_vocab_prompt} if trio.draft_vocab else {}) \
+        | meta
 
 
 def fingerprint(model: torch.nn.Module) -> str:
