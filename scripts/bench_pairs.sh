@@ -8,17 +8,18 @@
 # ONLY="qwen-coder__ngram_qwen-0.5b smollm2__weak_strong" runs those pairs (their OUT names) alone.
 # INT8=strong runs the strong drafter in int8 (--int8; with ONLY the pairs whose 0.5B is standalone).
 # DRAFT_VOCAB=8192 cuts every drafter's full head to the target's 8192 most frequent tokens (--draft-vocab;
-# unset: the trio's default, 0: full heads).
+# unset: the trio's default, 0: full heads); DRAFT_VOCAB_PROMPT=0 leaves each prompt's own tokens out of the cut heads.
 set -euo pipefail
 root=${1:?usage: bench_pairs.sh OUT [prompts per set]}; limit=${2:-1}
 py=${PYTHON:-.venv/bin/python}
+fixed_heads=(); [ "${DRAFT_VOCAB_PROMPT:-1}" != 0 ] || fixed_heads=(--no-draft-vocab-prompt)
 B="treegraft:always[budget=8],treegraft:always[budget=16],treegraft:always[budget=32],treegraft:always[budget=64]"
 M="${METHODS:-ar,tree-weak,tree-strong,treegraft:never,treegraft:always,treegraft:learned,treegraft:oracle,$B}"
 run() {  # trio weak strong dir extra-methods
   local extra=$5; [ -z "${METHODS:-}" ] || extra=""
   [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $4 "* ]] || return 0
   echo "== $4 $(date -u +%H:%M:%S)"
-  "$py" -m treegraft bench --trio "$1" --weak "$2" --strong "$3" --int8 "${INT8:-none}" ${DRAFT_VOCAB:+--draft-vocab "$DRAFT_VOCAB"} --suite all --limit "$limit" \
+  "$py" -m treegraft bench --trio "$1" --weak "$2" --strong "$3" --int8 "${INT8:-none}" ${DRAFT_VOCAB:+--draft-vocab "$DRAFT_VOCAB"} ${fixed_heads[@]+"${fixed_heads[@]}"} --suite all --limit "$limit" \
     --max-new-tokens 32 --dtype float32 --threads 2 --budget auto --depth 10 --methods "$M$extra" \
     --repeats "${REPEATS:-1}" --out "$root/$4"
 }

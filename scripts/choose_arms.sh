@@ -10,7 +10,8 @@
 # class of machine only (arm_hardware), since what a tree costs to verify, and so the fastest arm, moves with it.
 # ARCHIVE=docs/bench/arms-X copies each validation run to ARCHIVE/<trio>__<pair> and records that path as
 # the arm's source (scheduler choose --archive; runs/ is never committed).
-# DRAFT_VOCAB=K cuts the drafters' heads to K tokens (--draft-vocab; unset: the trio's default, 0: full heads).
+# DRAFT_VOCAB=K cuts the drafters' heads to K tokens (--draft-vocab; unset: the trio's default, 0: full heads);
+# DRAFT_VOCAB_PROMPT=0 leaves each prompt's own tokens out of the cut heads (--no-draft-vocab-prompt).
 # Resumable (each compare run is). One pair at a time.
 #   scripts/choose_arms.sh OUT [trio/weak+strong ...]
 set -euo pipefail
@@ -19,6 +20,7 @@ pairs=("$@")
 source "$(dirname "$0")/pairs.sh"
 [ ${#pairs[@]} -gt 0 ] || pairs=("${SHIPPED_PAIRS[@]}")
 py=${PYTHON:-.venv/bin/python}
+fixed_heads=(); [ "${DRAFT_VOCAB_PROMPT:-1}" != 0 ] || fixed_heads=(--no-draft-vocab-prompt)
 for p in "${pairs[@]}"; do
   trio=${p%%/*}; pair=${p#*/}; weak=${pair%%+*}; strong=${pair#*+}
   mkdir -p "$root/$p"
@@ -27,7 +29,7 @@ for p in "${pairs[@]}"; do
     "assets/scheduler/$p/scheduler.json" "$root/$p/gain.json"
   echo "== $p $(date -u +%H:%M:%S)"
   TREEGRAFT_THREADS=2 "$py" -m treegraft scheduler compare --trio "$trio" --weak "$(role "$weak")" \
-    --strong "$(role "$strong")" --int8 "${INT8:-none}" ${DRAFT_VOCAB:+--draft-vocab "$DRAFT_VOCAB"} --dtype float32 --per-suite "${PER_SUITE:-1}" --offset 70 --max-new-tokens 32 --budget auto \
+    --strong "$(role "$strong")" --int8 "${INT8:-none}" ${DRAFT_VOCAB:+--draft-vocab "$DRAFT_VOCAB"} ${fixed_heads[@]+"${fixed_heads[@]}"} --dtype float32 --per-suite "${PER_SUITE:-1}" --offset 70 --max-new-tokens 32 --budget auto \
     --depth 10 --methods "tree-strong,treegraft:never,treegraft:always,treegraft:when-empty,treegraft:when-unsure${EXTRA_ARMS:+,$EXTRA_ARMS},treegraft:learned" \
     --scheduler "$root/$p/gain.json" --repeats "${REPEATS:-2}" --out "$root/$p/compare"
   "$py" -m treegraft scheduler choose --compare "$root/$p/compare" --scheduler "assets/scheduler/$p" \

@@ -1,9 +1,12 @@
 """Variants of a trio's drafters side by side in one run: one target loaded once, the drafters
 loaded once per variant, the same prompts and methods, interleaved prompt by prompt with the
-variants taking turns to go first, greedy, `--budget auto`. Variants: `fp32` (full heads, whatever
-the trio's default cut), `int8` (the strong drafter by treegraft.quantize), `vocabK` (each drafter's
-full head cut to the target's K most frequent tokens, plus each prompt's own tokens, treegraft.vocab),
-`vocabK-fixed` (the K tokens alone). Prints tokens/s over `ar` of each, tau, the strong drafter's
+variants taking turns to go first, greedy, `--budget auto`. Variants, the baseline first:
+`fp32` (full heads, whatever the trio's default cut), `int8` (the strong drafter by
+treegraft.quantize), `vocabK` (each drafter's full head cut to the target's K most frequent tokens,
+plus each prompt's own tokens, treegraft.vocab), `vocabK-fixed` (the K tokens alone). Each variant
+but the baseline loads its drafters again (a 0.5B per variant, so qwen-coder fits two in 24 GB),
+except vocabK beside vocabK-fixed, which share one copy. Variants loaded again are packed without
+the one-row layout the baseline may get (treegraft.fastpath), which can cost them a little. Prints tokens/s over `ar` of each, tau, the strong drafter's
 seconds per target forward, and checks every output equals `ar`'s (the target's own greedy decoding).
 
     TREEGRAFT_THREADS=2 .venv/bin/python scripts/variant_bench.py --trio qwen-coder --weak ngram \\
@@ -35,7 +38,7 @@ from treegraft.fastpath import pack_models
 from treegraft.models import load_drafter, load_trio
 from treegraft.options import encode_prompt
 from treegraft.quantize import quantize_drafter
-from treegraft.vocab import cut_head, ranking
+from treegraft.vocab import CutHead, cut_head, ranking
 
 METHODS = ("ar", "tree-strong", "treegraft:always", "treegraft:learned")
 
@@ -44,6 +47,13 @@ def config(method: str, max_new: int, depth: int) -> GenConfig:
     name, _, policy = method.partition(":")
     return GenConfig(method=name, policy=policy or "always", max_new_tokens=max_new, budget=64,
                      auto_budget=True, depth=depth, record_stages=False)
+
+
+def admits(trio, prompt: bool) -> None:
+    for model in (trio.weak, trio.strong):
+        head = getattr(model, "lm_head", None)
+        if isinstance(head, CutHead):
+            head.prompt = prompt
 
 
 def run_one(trio, ids: list[int], method: str, max_new: int, depth: int) -> dict:
@@ -85,21 +95,28 @@ def table(rows: list[dict], methods: list[str], variants=("fp32", "int8")) -> st
     return "\n".join(lines)
 
 
-def variant(trio, name: str, weak: str, strong: str):
-    """The trio with this variant's drafters (fp32: the trio itself)."""
-    if name == "fp32":
+def cut_of(name: str) -> tuple[int, bool] | None:
+    """vocabK -> (K, True), vocabK-fixed -> (K, False), anything else None."""
+    k = name[5:].removesuffix("-fixed")
+    return (int(k), not name.endswith("-fixed")) if name.startswith("vocab") and k.isdigit() else None
+
+
+def variant(trio, name: str, weak: str, strong: str, base: str):
+    """The trio with this variant's drafters (the baseline: the trio itself). vocabK and vocabK-fixed
+    beside each other share one loaded copy: only the prompt rows differ (set per run, `admits`),
+    so the kernels and memory layout are the same on both sides."""
+    if name == base or cut_of(name) and cut_of(base) and cut_of(name)[0] == cut_of(base)[0]:
         return trio
     if name == "int8":
         drafters = {"strong": load_drafter(strong, "strong", trio.target, trio.device, trio.dtype)}
         quantize_drafter(drafters["strong"], trio.target, "strong")
-    elif name.startswith("vocab") and name[5:].removesuffix("-fixed").isdigit():
-        keep, drafters = int(name[5:].removesuffix("-fixed")), {}
+    elif cut_of(name):
+        (keep, prompt), drafters = cut_of(name), {}
         for role, spec in (("weak", weak), ("strong", strong)):
             if spec == "ngram":
                 continue
             model = load_drafter(spec, role, trio.target, trio.device, trio.dtype)
-            if cut_head(model, ranking(trio.trio), keep, trio.target.config.vocab_size,
-                        prompt=not name.endswith("-fixed")):
+            if cut_head(model, ranking(trio.trio), keep, trio.target.config.vocab_size, prompt=prompt):
                 drafters[role] = model
     else:
         raise SystemExit(f"unknown variant {name!r}: fp32, int8, vocabK or vocabK-fixed (e.g. vocab8192)")
@@ -115,7 +132,7 @@ def main() -> None:
     ap.add_argument("--weak", default="ngram")
     ap.add_argument("--strong", default="qwen-coder-0.5b")
     ap.add_argument("--methods", default=",".join(METHODS), help="comma-separated; ar first")
-    ap.add_argument("--variants", default="fp32,int8", help="comma-separated: fp32 (first: the baseline), int8, vocabK, vocabK-fixed")
+    ap.add_argument("--variants", default="fp32,int8", help="comma-separated, the baseline first: fp32 (full heads), int8, vocabK, vocabK-fixed")
     ap.add_argument("--limit", type=int, default=2, help="prompts per set (all six sets)")
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--depth", type=int, default=10)
@@ -132,27 +149,31 @@ def main() -> None:
     keys = {(r["prompt"], r["method"], r["drafter"]) for r in done}
     prompts = [p for s in SUITES for p in load_suite(s, a.limit)]
     variants = a.variants.split(",")
-    if variants[0] != "fp32" or len(variants) < 2:
-        raise SystemExit("--variants must start with fp32 (the baseline) and name at least one more")
-    fp32 = load_trio(trio=a.trio, weak=a.weak, strong=a.strong, dtype="float32", device="cpu", draft_vocab=0)
-    trios = {v: variant(fp32, v, a.weak, a.strong) for v in variants}
-    print(f"{len(prompts)} prompts x {methods}: {fp32.names}, kernels {fp32.kernels}, "
+    if variants[0] != "fp32" and not cut_of(variants[0]) or len(variants) < 2:
+        raise SystemExit("--variants must start with the baseline (fp32 or a vocab variant) and name at least one more")
+    keep, prompt = cut_of(variants[0]) or (0, True)
+    base = load_trio(trio=a.trio, weak=a.weak, strong=a.strong, dtype="float32", device="cpu", draft_vocab=keep,
+                     draft_vocab_prompt=prompt)
+    trios = {v: variant(base, v, a.weak, a.strong, variants[0]) for v in variants}
+    print(f"{len(prompts)} prompts x {methods}: {base.names}, kernels {base.kernels}, "
           f"{torch.get_num_threads()} threads", file=sys.stderr)
     with out.open("a") as f:
         for i, p in enumerate(prompts):
-            ids = encode_prompt(fp32.tokenizer, p.text, raw=False)
+            ids = encode_prompt(base.tokenizer, p.text, raw=False)
             for m in methods:
                 # the variants take turns to go first, so a drifting machine slows all alike
                 for kind in variants[i % len(variants):] + variants[:i % len(variants)]:
-                    if m == "ar" and kind != "fp32" or (p.id, m, kind) in keys:
+                    if m == "ar" and kind != variants[0] or (p.id, m, kind) in keys:
                         continue
+                    if cut_of(kind):
+                        admits(trios[kind], cut_of(kind)[1])
                     row = {"prompt": p.id, "method": m, "drafter": kind} | run_one(trios[kind], ids, m, a.max_new_tokens, a.depth)
                     f.write(json.dumps(row) + "\n")
                     f.flush()
                     done.append(row)
                     print(f"{p.id} {m} {kind}: {row['new_tokens'] / row['wall_s']:.2f} tokens/s", file=sys.stderr)
     print(f"{a.trio}: weak {a.weak}, strong {a.strong}; fp32, {len(prompts)} prompts x {a.max_new_tokens} new tokens, "
-          f"{torch.get_num_threads()} threads, kernels {fp32.kernels}")
+          f"{torch.get_num_threads()} threads, kernels {base.kernels}")
     print(table(done, methods, variants))
 
 

@@ -145,7 +145,11 @@ def test_the_smollm2_trio_cuts_its_drafters_heads_by_default_and_full_heads_stay
         assert head.prompt
     assert trio.target.lm_head.weight.shape[0] == trio.target.config.vocab_size  # the target keeps its own
     assert trio.draft_vocab_prompt
-    fixed = load_trio(dtype="float32", device="cpu", draft_vocab_prompt=False)
+    import argparse
+    from treegraft.options import add_model_args, trio_from_args
+    ap = argparse.ArgumentParser()
+    add_model_args(ap)
+    fixed = trio_from_args(ap.parse_args(["--no-draft-vocab-prompt", "--dtype", "float32", "--device", "cpu"]))
     assert not fixed.draft_vocab_prompt and not fixed.strong.lm_head.prompt
     assert fixed.names["strong"].endswith("(head: 8192 tokens)")
     full = load_trio(dtype="float32", device="cpu", draft_vocab=0)
