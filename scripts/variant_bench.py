@@ -151,9 +151,9 @@ def main() -> None:
     variants = a.variants.split(",")
     if variants[0] != "fp32" and not cut_of(variants[0]) or len(variants) < 2:
         raise SystemExit("--variants must start with the baseline (fp32 or a vocab variant) and name at least one more")
-    keep, prompt = cut_of(variants[0]) or (0, True)
-    base = load_trio(trio=a.trio, weak=a.weak, strong=a.strong, dtype="float32", device="cpu", draft_vocab=keep,
-                     draft_vocab_prompt=prompt)
+    keep = (cut_of(variants[0]) or (0, True))[0]
+    # Loaded able to admit a prompt's rows; each vocab variant's run switches them on or off (admits).
+    base = load_trio(trio=a.trio, weak=a.weak, strong=a.strong, dtype="float32", device="cpu", draft_vocab=keep)
     trios = {v: variant(base, v, a.weak, a.strong, variants[0]) for v in variants}
     print(f"{len(prompts)} prompts x {methods}: {base.names}, kernels {base.kernels}, "
           f"{torch.get_num_threads()} threads", file=sys.stderr)

@@ -42,8 +42,9 @@ class CutHead(nn.Module):
         w = head.weight
         self.vocab, self.prompt = w.shape[0], prompt
         # The full rows the prompt's tokens are read from: a tuple, so neither a parameter to pack or
-        # quantize nor a copy (a tied head's rows are the embedding, which stays anyway).
-        self.source = (w, head.bias)
+        # quantize nor a copy. A tied head's rows are the embedding, kept anyway; an untied one (the
+        # 0.5B's: 545 MB in fp32) stays in memory only for this.
+        self.source = (w, head.bias) if prompt else None
         self.proj = nn.Linear(w.shape[1], len(ids), bias=head.bias is not None, device=w.device, dtype=w.dtype)
         ids = ids.to(w.device)
         with torch.no_grad():
@@ -59,7 +60,7 @@ class CutHead(nn.Module):
         """Give these tokens (a prompt's) their full rows beside the kept ones, replacing what an earlier
         call admitted; a no-op with prompt=False. Returns how many rows were added."""
         self.extra = None
-        if not self.prompt or not token_ids:
+        if not self.prompt or self.source is None or not token_ids:
             return 0
         w, b = self.source
         ids = torch.tensor(sorted(set(token_ids)), dtype=torch.long, device=w.device)
