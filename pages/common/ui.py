@@ -158,8 +158,9 @@ def settings_sidebar(page: str) -> dict:
                 help="run these standalone drafters (e.g. qwen-coder-0.5b) in int8 on the CPU: faster drafting, "
                      "maybe fewer accepted tokens; the target is never quantized, so the output is unchanged")
         _widget(st.selectbox, "Drafter heads", "draft_vocab", seed, options=list(DRAFT_VOCABS),
-                help="cut each drafter's output head to the target's K most frequent tokens, plus each prompt's own "
-                     "tokens for its generation: a cheaper drafter forward; the target still checks every token, so the output is unchanged. 'trio default': "
+                help="cut each drafter's output head to the target's K most frequent tokens, plus each prompt's "
+                     "own tokens for its generation: a cheaper drafter forward; the target still checks every "
+                     "token, so the output is unchanged. 'trio default': "
                      + draft_vocab_defaults())
     with sb.expander("Tree and decoding", expanded=True):
         _widget(st.selectbox, "Method", "method", seed, options=list(METHODS))
