@@ -44,10 +44,11 @@ def main() -> None:
     a = ap.parse_args()
     ranked = set(ranking(a.trio)[:a.keep])
     tok = load_tokenizer(TRIOS[a.trio].target)
-    tokens, out = defaultdict(int), defaultdict(lambda: [0, 0, 0])
+    tokens, out, target = defaultdict(int), defaultdict(lambda: [0, 0, 0]), None
     for run in map(Path, a.runs):
         config = json.loads((run / "config.json").read_text())
-        if config["models"]["target"] != json.loads((Path(a.runs[0]) / "config.json").read_text())["models"]["target"]:
+        target = target or config["models"]["target"]
+        if config["models"]["target"] != target:
             raise SystemExit(f"{run}: another target than {a.runs[0]}'s")
         prompts = {p.id: p for s in SUITES for p in load_suite(s, config["limit"])}
         for line in (run / "outputs.jsonl").read_text().splitlines():

@@ -6,8 +6,9 @@ treegraft.quantize), `vocabK` (each drafter's full head cut to the target's K mo
 plus each prompt's own tokens, treegraft.vocab), `vocabK-fixed` (the K tokens alone). Each variant
 but the baseline loads its drafters again (a 0.5B per variant, so qwen-coder fits two in 24 GB),
 except vocabK beside vocabK-fixed, which share one copy. Variants loaded again are packed without
-the one-row layout the baseline may get (treegraft.fastpath), which can cost them a little. Prints tokens/s over `ar` of each, tau, the strong drafter's
-seconds per target forward, and checks every output equals `ar`'s (the target's own greedy decoding).
+the one-row layout the baseline may get (treegraft.fastpath), which can cost them a little. Prints
+tokens/s over `ar` of each, tau, the strong drafter's seconds per target forward, and checks every
+output equals `ar`'s (the target's own greedy decoding).
 
     TREEGRAFT_THREADS=2 .venv/bin/python scripts/variant_bench.py --trio qwen-coder --weak ngram \\
         --strong qwen-coder-0.5b --limit 2 --max-new-tokens 32 --out runs/int8/side_by_side.jsonl
@@ -132,7 +133,8 @@ def main() -> None:
     ap.add_argument("--weak", default="ngram")
     ap.add_argument("--strong", default="qwen-coder-0.5b")
     ap.add_argument("--methods", default=",".join(METHODS), help="comma-separated; ar first")
-    ap.add_argument("--variants", default="fp32,int8", help="comma-separated, the baseline first: fp32 (full heads), int8, vocabK, vocabK-fixed")
+    ap.add_argument("--variants", default="fp32,int8",
+                    help="comma-separated, the baseline first: fp32 (full heads), int8, vocabK, vocabK-fixed")
     ap.add_argument("--limit", type=int, default=2, help="prompts per set (all six sets)")
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--depth", type=int, default=10)
