@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from tiny import ids, tiny_trio
+from tiny import DEVICE, ids, tiny_trio
 from treegraft.engine import ConfigError, Engine, GenConfig
 from treegraft.schedule import (COSTS, DEFAULT_SCHEDULER, FEATURES, POOL_FEATURES, GainPolicy, History, Trees,
                                 load_learned, scheduler_for)
@@ -307,8 +307,8 @@ class Watching:
         return self.watch(self.inner.decide, feats, step)
 
 
-@pytest.mark.parametrize("policy", ["never", "always", "every-k", "when-empty", "when-unsure", "strong-first",
-                                    "learned"])
+@pytest.mark.parametrize("policy", ["never", "always", "every-k", "when-empty", "when-unsure", "when-matched",
+                                    "strong-first", "learned"])
 def test_every_policy_is_lossless_and_decisions_cost_no_forward(rows, tmp_path, policy):
     from treegraft.schedule import make_policy
     art, _ = train(rows, holdout=0.3)
@@ -357,7 +357,8 @@ def test_features_are_the_scheduler_inputs_in_order():
     assert tuple(features(DraftTree(), History(), depth=6)) == FEATURES + COSTS
 
 
-@pytest.mark.parametrize("arm", ["solo", "never", "always", "when-empty", "when-unsure", "strong-first"])
+@pytest.mark.parametrize("arm", ["solo", "never", "always", "when-empty", "when-unsure", "when-matched",
+                                 "strong-first"])
 def test_a_chosen_arm_plays_that_method_losslessly(rows, tmp_path, arm):
     """`scheduler choose` may pick a fixed arm for a pair; `solo` steps are tree-strong steps (the same
     trees, the weak drafter never runs), never/always the fixed policies, and output stays greedy."""
@@ -418,6 +419,42 @@ def test_when_unsure_calls_where_the_weak_tree_expects_fewer_tokens_than_its_thr
     assert {1.0: not any(calls), 64.0: all(calls)}.get(below, any(calls) and not all(calls))
     with pytest.raises(ConfigError, match="unsure"):
         GenConfig(unsure=0.5).check()
+
+
+def test_prompt_lookup_reads_its_root_match_without_running():
+    from treegraft.kv import Runner
+    from treegraft.lookup import LookupRunner, NgramDrafter
+    lookup = LookupRunner(NgramDrafter(96, device=DEVICE), "strong")
+    assert lookup.root_match([5, 17, 33, 2, 9]) == 0          # the last token never occurred before
+    assert lookup.root_match([5, 17, 33, 2, 9, 5]) == 1       # "5" did, followed by 17
+    assert lookup.root_match([5, 17, 33, 2, 9, 5, 17, 33]) == 3
+    assert lookup.forwards == 0
+    trio = tiny_trio("perturbed", "perturbed")
+    assert Runner(trio.strong, "strong").root_match([5, 17, 5]) is None  # a model must run to know
+
+
+def test_when_matched_calls_prompt_lookup_exactly_where_it_matches_at_the_root():
+    """Prompt lookup as the strong drafter: a call exactly on the steps where the root's context
+    matches an n-gram earlier in it (read before any strong forward), none elsewhere; output stays
+    greedy. With a model as the strong drafter there is no free look: it is called every step."""
+    from treegraft.lookup import propose
+    trio = tiny_trio("perturbed", "ngram")
+    prompt = [5, 17, 33, 2, 9, 5, 17, 33, 2, 9, 40, 41]
+    ref = trio.target.generate(ids(prompt), max_new_tokens=30, do_sample=False)[0, len(prompt):].tolist()
+    cfg = dict(max_new_tokens=30, budget=12, depth=4, topk=3)
+    engine = Engine(trio, GenConfig(method="treegraft", policy="when-matched", **cfg))
+    records, seq = list(engine.generate(prompt)), list(prompt)
+    assert engine.new_tokens == ref
+    for rec in records:
+        match = propose(np.asarray(seq), 4)[1]
+        assert rec.decision["features"]["strong_match"] == match
+        assert rec.decision["call"] == (match >= 1) == rec.strong_called == (rec.forwards["strong"] > 0)
+        seq += rec.new_tokens
+    calls = [r.strong_called for r in records]
+    assert any(calls) and not all(calls)  # both kinds of step happen here
+    model = Engine(tiny_trio("random", "perturbed"), GenConfig(method="treegraft", policy="when-matched", **cfg))
+    steps = list(model.generate(prompt))
+    assert all(r.strong_called and "strong_match" not in r.decision["features"] for r in steps)
 
 
 @pytest.mark.parametrize("sure", [1.0, 3.0, 64.0])

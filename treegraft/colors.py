@@ -27,7 +27,7 @@ METHOD = {
 }
 # treegraft under an explicit policy ("treegraft:always", ...): shades of teal, the default policy darkest.
 TREEGRAFT_POLICY = {"learned": "#0B6E6A", "always": "#1B9E9A", "every-k": "#5CC8C2", "never": "#8FD9D3",
-                    "when-empty": "#3FB3AC", "when-unsure": "#2E9C8F",
+                    "when-empty": "#3FB3AC", "when-unsure": "#2E9C8F", "when-matched": "#6FB8A0",
                     "strong-first": "#4A8F7A", "oracle": "#2A5C8A"}
 
 # Provenance -> (legend label, colour, marker symbol). Labels are written for a newcomer.

@@ -246,7 +246,8 @@ class Engine:
 
     def pool_features(self, tree: DraftTree, depth: int, clock: Clock) -> dict:
         return features(tree, self.history, depth, self.cost_curve, clock.elapsed(), self.cfg.budget,
-                        self.cfg.auto_budget, self.cfg.max_new_tokens - len(self.new_tokens))
+                        self.cfg.auto_budget, self.cfg.max_new_tokens - len(self.new_tokens),
+                        self.strong.root_match(self.seq))
 
     def decide(self, tree: DraftTree, depth: int, clock: Clock) -> Decision:
         decision = self.policy.decide(self.pool_features(tree, depth, clock), len(self.records))

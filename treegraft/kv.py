@@ -72,6 +72,11 @@ class Runner:
                              "position and cannot take a context window")
         self.context = tokens
 
+    def root_match(self, seq: list[int]) -> int | None:
+        """What this drafter knows of the step's root without running: None for a model (it must run a
+        forward to have an opinion). Prompt lookup overrides it (the n-gram it matches there)."""
+        return None
+
     @property
     def cache_len(self) -> int:
         return self.cache.get_seq_length()

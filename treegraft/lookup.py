@@ -114,6 +114,11 @@ class LookupRunner(Runner):
                 self.hits[n] = self.hits.get(n, 0) + int(max(scores, key=scores.get) == seq[p])
         self.scored = len(seq)
 
+    def root_match(self, seq: list[int]) -> int:
+        """The longest n-gram the root's context matches earlier in it (0: none, so a call adds no
+        proposal at the root); a lookup, no model time."""
+        return propose(np.asarray(seq, dtype=np.int64), self.model.max_n, self.model.min_n)[1]
+
     def limit_context(self, tokens: int) -> None:
         """No window: looking up the whole context costs no model time, and the prompt is what it copies."""
 

@@ -676,7 +676,8 @@ FEATURE_UNITS = {"root_top1": "probability", "root_entropy": "nats", "pool_mass_
                  "mass_depth2": "probability mass", "mass_deep": "probability mass", "weak_expected": "tokens",
                  "recent_strong_tokens": "tokens", "steps_since_call": "log(1 + steps)", "weak_n": "nodes",
                  "c0_s": "s", "t1_s": "s", "strong_s": "s", "recent_gain": "tokens", "calls_seen": "calls",
-                 "rate_so_far": "tokens/s", "tokens_left": "tokens"}
+                 "rate_so_far": "tokens/s", "tokens_left": "tokens",
+                 "strong_match": "n-gram length (tokens)"}
 
 
 def features_figure(records: list[StepRecord]) -> go.Figure:

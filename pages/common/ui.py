@@ -65,7 +65,7 @@ DRAFT_VOCABS = {"trio default": None, "full": 0, "4096": 4096, "8192": 8192, "16
 
 def policies() -> list[str]:
     from treegraft.schedule import default_policy
-    names = ["always", "never", "every-k", "when-empty", "when-unsure", "strong-first", "oracle"]
+    names = ["always", "never", "every-k", "when-empty", "when-unsure", "when-matched", "strong-first", "oracle"]
     return (["learned"] + names) if default_policy() == "learned" else names
 
 
