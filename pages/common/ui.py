@@ -165,7 +165,8 @@ def settings_sidebar(page: str) -> dict:
     with sb.expander("Tree and decoding", expanded=True):
         _widget(st.selectbox, "Method", "method", seed, options=list(METHODS))
         _widget(st.selectbox, "Scheduler policy", "policy", seed, options=policies(),
-                help="when TreeGraft calls the strong drafter")
+                help="when TreeGraft calls the strong drafter; when-matched (for prompt lookup as the strong "
+                     "drafter) calls it only where the context at the root matches an earlier n-gram")
         _widget(st.number_input, "every k (for every-k)", "every_k", seed, step=1, min_value=1)
         _widget(st.number_input, "tokens (for when-unsure)", "unsure", seed, step=0.25,
                 help="when-unsure calls the strong drafter where the weak tree expects fewer tokens "
