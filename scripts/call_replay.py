@@ -5,7 +5,8 @@ with hindsight; no rule that decides before verifying can have it.
 
   .venv/bin/python -m treegraft scheduler collect --trio smollm2 --weak asset:weak --strong ngram \
       --dtype float32 --per-suite 4 --max-new-tokens 32 --budget auto --depth 10 --out runs/matched/collect.jsonl
-  .venv/bin/python scripts/call_replay.py runs/matched/collect.jsonl > docs/bench/matched/replay.md
+  cp runs/matched/collect.jsonl docs/bench/matched/
+  .venv/bin/python scripts/call_replay.py docs/bench/matched/collect.jsonl > docs/bench/matched/replay.md
 
 The rows' features carry strong_match (the n-gram prompt lookup matches at the root) only where the
 strong drafter is prompt lookup; rules that read it are left out otherwise.
@@ -20,16 +21,27 @@ from pathlib import Path
 import numpy as np
 
 
+NEEDED = ("prompt_id", "a0", "a1", "c0", "c1", "features")
+
+
 def load(path: Path) -> dict[str, np.ndarray]:
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The steps' columns; SystemExit with the reason for a missing, empty or foreign file."""
+    if not path.is_file():
+        raise SystemExit(f"{path}: no such file (write one with `python -m treegraft scheduler collect`)")
+    try:
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"{path}: not JSON lines ({e})") from None
     if not rows:
         raise SystemExit(f"{path} holds no steps")
-    col = lambda f: np.array([f(r) for r in rows])  # noqa: E731
-    out = {k: col(lambda r, k=k: r[k]) for k in ("a0", "a1", "c0", "c1")}
-    out["prompt"] = col(lambda r: r["prompt_id"])
-    out["expected"] = col(lambda r: r["features"]["weak_expected"])
+    lacking = [k for k in NEEDED if k not in rows[0]]
+    if lacking or "weak_expected" not in rows[0]["features"]:
+        raise SystemExit(f"{path}: not `scheduler collect` steps (lacks {', '.join(lacking) or 'weak_expected'})")
+    out = {k: np.array([r[k] for r in rows]) for k in ("a0", "a1", "c0", "c1")}
+    out["prompt"] = np.array([r["prompt_id"] for r in rows])
+    out["expected"] = np.array([r["features"]["weak_expected"] for r in rows])
     if all("strong_match" in r["features"] for r in rows):
-        out["match"] = col(lambda r: r["features"]["strong_match"])
+        out["match"] = np.array([r["features"]["strong_match"] for r in rows])
     return out
 
 
@@ -55,6 +67,8 @@ def main(argv=None) -> int:
     ap.add_argument("--resamples", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
+    if not 1 <= a.resamples <= 100_000:
+        raise SystemExit(f"--resamples must be in [1, 100000], got {a.resamples}")
     d = load(a.rows)
     rs = rules(d)
     prompts = np.unique(d["prompt"])

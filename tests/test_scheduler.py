@@ -743,3 +743,31 @@ def test_an_arm_chosen_on_one_machine_class_is_played_there_only(rows, tmp_path)
     assert s.read_text() == before  # refused: nothing written
     assert main(["choose", "--compare", int8, "--scheduler", str(tmp_path / "s")]) == 0
     assert load_learned(s, int8="strong", hardware="cpu-avx512").arm == "gain"  # the int8 arm comes first
+
+
+def test_call_replay_scores_each_rule_on_the_branch_it_picks(tmp_path):
+    """scripts/call_replay.py: where prompt lookup matches, a call adds a token for 10% more time (it
+    pays); where it does not, it adds nothing for the same time. Replayed, when-matched picks exactly
+    the oracle's branches, `always` pays for the useless calls, and rows without strong_match get no
+    when-matched rule. A file that is not `scheduler collect` output is refused by name."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("call_replay", "scripts/call_replay.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = [{"prompt_id": f"p{i % 3}", "a0": 2, "a1": 2 + match, "c0": 1.0, "c1": 1.1,
+             "features": {"weak_expected": 1.0 + i % 2, "strong_match": match}}
+            for i, match in enumerate([0, 1, 0, 0, 2, 1, 0, 1])]
+    path = tmp_path / "collect.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    d = mod.load(path)
+    rules = mod.rules(d)
+    rate = {k: mod.rate(d, call, slice(None)) for k, call in rules.items()}
+    assert rules["when-matched"].tolist() == rules["oracle (hindsight)"].tolist() == [m >= 1 for m in d["match"]]
+    assert rate["never"] < rate["always"] < rate["when-matched"] == rate["oracle (hindsight)"]
+    path.write_text("\n".join(json.dumps(r | {"features": {"weak_expected": 1.5}}) for r in rows))
+    assert "when-matched" not in mod.rules(mod.load(path))
+    path.write_text(json.dumps({"prompt_id": "p0", "a0": 1}))
+    with pytest.raises(SystemExit, match="not `scheduler collect` steps"):
+        mod.load(path)
+    with pytest.raises(SystemExit, match="no such file"):
+        mod.load(tmp_path / "missing.jsonl")
