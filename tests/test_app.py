@@ -463,3 +463,24 @@ def test_auto_budget_checkbox_sizes_the_tree_to_the_machine(tmp_path, monkeypatc
     rec = run.records[-1]
     assert rec.budget is not None and len(rec.selected) <= rec.budget <= 16
     assert list((tmp_path / "profiles").glob("*.json"))
+
+
+def test_when_matched_calls_prompt_lookup_only_where_it_matches_and_the_scheduler_page_shows_why():
+    """Prompt lookup as the strong drafter under when-matched: each step calls exactly where the
+    recorded strong_match is at least 1, its reason says what the lookup matched, and the Scheduler
+    page plots strong_match beside the other features."""
+    at = fresh(max_new_tokens=12)
+    at.text_input(key="w_strong").set_value("ngram").run()
+    at.selectbox(key="w_policy").set_value("when-matched").run()
+    at.number_input(key="n_steps").set_value(4).run()
+    at.button(key="run_n").click().run()
+    clean(at)
+    recs = at.session_state["run"].records
+    assert len(recs) >= 4
+    for r in recs:
+        match = r.decision["features"]["strong_match"]
+        assert r.decision["call"] == (match >= 1) == r.strong_called
+        assert "prompt lookup matches" in r.decision["reason"]
+    at.switch_page("pages/1_Scheduler.py").run()
+    clean(at)
+    assert "strong_match" in json.dumps(figures(at)["features"][0]["layout"])
