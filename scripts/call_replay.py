@@ -1,7 +1,9 @@
 """Replay call rules on recorded oracle steps: each step was played both ways from one state (`scheduler
-collect`), so a rule's tokens/s is sum(tokens of the branch it picks) / sum(seconds of that branch),
-paired across rules (the same timing readings), with a bootstrap over prompts. The oracle row picks
-with hindsight; no rule that decides before verifying can have it.
+collect`), so a rule's tokens/s is what its calls would have bought, priced the way every replay here
+is (treegraft.scheduler_train: Branches.rate on the fitted cost model, the target's prefill and the
+strong drafter's one-time prefill included), with a bootstrap over prompts. The rules are the
+policies themselves (schedule.*.decide on each step's features); the last row is hindsight's best set
+of calls, which no rule that decides before verifying can have.
 
   .venv/bin/python -m treegraft scheduler collect --trio smollm2 --weak asset:weak --strong ngram \
       --dtype float32 --per-suite 4 --max-new-tokens 32 --budget auto --depth 10 --out runs/matched/collect.jsonl
@@ -16,16 +18,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from a clone
 
-NEEDED = ("prompt_id", "a0", "a1", "c0", "c1", "features")
+from treegraft.schedule import Always, Never, WhenMatched, WhenUnsure
+from treegraft.scheduler_train import Branches, fit_cost_model, hindsight, one_time_costs
+
+NEEDED = ("prompt_id", "step", "a0", "a1", "c0", "c1", "n0", "n1", "weak_s", "refine_s", "strong_forwards",
+          "verify0_s", "verify1_s", "features")
+HINDSIGHT = "hindsight (the oracle's best calls)"
 
 
-def load(path: Path) -> dict[str, np.ndarray]:
-    """The steps' columns; SystemExit with the reason for a missing, empty or foreign file."""
+def load(path: Path) -> list[dict]:
+    """The recorded steps; SystemExit with the reason for a missing, empty or foreign file."""
     if not path.is_file():
         raise SystemExit(f"{path}: no such file (write one with `python -m treegraft scheduler collect`)")
     try:
@@ -37,28 +46,37 @@ def load(path: Path) -> dict[str, np.ndarray]:
     lacking = [k for k in NEEDED if k not in rows[0]]
     if lacking or "weak_expected" not in rows[0]["features"]:
         raise SystemExit(f"{path}: not `scheduler collect` steps (lacks {', '.join(lacking) or 'weak_expected'})")
-    out = {k: np.array([r[k] for r in rows]) for k in ("a0", "a1", "c0", "c1")}
-    out["prompt"] = np.array([r["prompt_id"] for r in rows])
-    out["expected"] = np.array([r["features"]["weak_expected"] for r in rows])
+    return rows
+
+
+def plays(policy, rows: list[dict]) -> np.ndarray:
+    return np.array([policy.decide(r["features"], r["step"]).call for r in rows], bool)
+
+
+def rules(rows: list[dict], cm: dict, pre: dict) -> dict[str, np.ndarray]:
+    """Each rule's call per step."""
+    out = {"never": plays(Never(), rows), "always": plays(Always(), rows)}
+    unsure = {u: plays(WhenUnsure(u), rows) for u in (1.5, 2.0, 2.5)}
+    out |= {f"when-unsure[unsure={u:g}]": calls for u, calls in unsure.items()}
     if all("strong_match" in r["features"] for r in rows):
-        out["match"] = np.array([r["features"]["strong_match"] for r in rows])
-    return out
+        matched = plays(WhenMatched(), rows)
+        out |= {"when-matched": matched, "when-matched, unsure < 2": matched & unsure[2.0],
+                "when-matched or unsure < 1.5": matched | unsure[1.5]}
+    return out | {HINDSIGHT: hindsight(rows, cm, pre)}
 
 
-def rules(d: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    n, e = len(d["a0"]), d["expected"]
-    out = {"never": np.zeros(n, bool), "always": np.ones(n, bool)}
-    out |= {f"when-unsure[unsure={u:g}]": e < u for u in (1.5, 2.0, 2.5)}
-    if "match" in d:
-        out["when-matched"] = d["match"] >= 1
-        out["when-matched, unsure < 2"] = (d["match"] >= 1) & (e < 2.0)
-        out["when-matched or unsure < 1.5"] = (d["match"] >= 1) | (e < 1.5)
-    out["oracle (hindsight)"] = d["a1"] / d["c1"] > d["a0"] / d["c0"]
-    return out
-
-
-def rate(d: dict[str, np.ndarray], call: np.ndarray, idx) -> float:
-    return float(np.where(call, d["a1"], d["a0"])[idx].sum() / np.where(call, d["c1"], d["c0"])[idx].sum())
+def resample(rows: list[dict], calls: dict[str, np.ndarray], pre: dict, rng) -> tuple[list[dict], dict, dict]:
+    """(steps, calls, one-time costs) of a draw of prompts with replacement; a prompt drawn twice
+    counts twice (renamed), its prefills too."""
+    prompts = sorted({r["prompt_id"] for r in rows})
+    idx, out, paid = [], [], {}
+    for j, p in enumerate(rng.choice(prompts, len(prompts))):
+        mine = [i for i, r in enumerate(rows) if r["prompt_id"] == p]
+        idx += mine
+        out += [rows[i] | {"prompt_id": f"{p}#{j}"} for i in mine]
+        if p in pre:
+            paid[f"{p}#{j}"] = pre[p]
+    return out, {k: c[idx] for k, c in calls.items()}, paid
 
 
 def main(argv=None) -> int:
@@ -69,41 +87,43 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if not 1 <= a.resamples <= 100_000:
         raise SystemExit(f"--resamples must be in [1, 100000], got {a.resamples}")
-    d = load(a.rows)
-    rs = rules(d)
-    prompts = np.unique(d["prompt"])
-    rows_of = {p: np.flatnonzero(d["prompt"] == p) for p in prompts}
+    rows = load(a.rows)
+    cm, pre = fit_cost_model(rows), one_time_costs(rows)
+    rs = rules(rows, cm, pre)
+    b = Branches(rows, cm)
+    rate = {k: b.rate(calls, pre) / b.rate(rs["never"], pre) for k, calls in rs.items()}
+    top = max((k for k in rs if k != HINDSIGHT), key=rate.get)
     rng = np.random.default_rng(a.seed)
     draws = {k: [] for k in rs}
-    best_causal = [k for k in rs if k != "oracle (hindsight)"]
     for _ in range(a.resamples):
-        idx = np.concatenate([rows_of[p] for p in rng.choice(prompts, len(prompts))])
-        base = rate(d, rs["never"], idx)
-        for k, call in rs.items():
-            draws[k].append(rate(d, call, idx) / base)
-    whole = slice(None)
-    base = rate(d, rs["never"], whole)
-    top = max(best_causal, key=lambda k: rate(d, rs[k], whole))
-    print(f"{len(d['a0'])} oracle steps on {len(prompts)} prompts ({a.rows}); tokens/s relative to `never`, "
-          f"95% interval over {a.resamples} resamples of the prompts (seed {a.seed}); the last column: how often "
-          f"a rule beats `{top}`, the best rule that decides before verifying, in the same resamples.\n")
+        drawn, calls, paid = resample(rows, rs, pre, rng)
+        bd = Branches(drawn, cm)
+        base = bd.rate(calls["never"], paid)
+        for k, c in calls.items():
+            draws[k].append(bd.rate(c, paid) / base)
+    print(f"{len(rows)} oracle steps on {len({r['prompt_id'] for r in rows})} prompts ({a.rows}); tokens/s relative to `never` on the "
+          f"fitted cost model (treegraft.scheduler_train.Branches), 95% interval over {a.resamples} resamples of the "
+          f"prompts (seed {a.seed}); the last column: how often a rule beats `{top}`, the best rule that decides "
+          "before verifying, in the same resamples.\n")
     print("| rule | calls | tokens/s / never | 95% interval | resamples above " + top + " |")
     print("|---|---|---|---|---|")
     for k, call in rs.items():
         v = np.array(draws[k])
         above = "" if k == top else f"{np.mean(v > np.array(draws[top])):.0%}"
-        print(f"| {k} | {call.mean():.0%} | {rate(d, call, whole) / base:.3f} | "
-              f"{np.percentile(v, 2.5):.3f}-{np.percentile(v, 97.5):.3f} | {above} |")
-    if "match" in d:
+        print(f"| {k} | {call.mean():.0%} | {rate[k]:.3f} | {np.percentile(v, 2.5):.3f}-{np.percentile(v, 97.5):.3f} "
+              f"| {above} |")
+    if "when-matched" in rs:
+        match = np.array([r["features"]["strong_match"] for r in rows])
+        added = np.array([r["a1"] - r["a0"] for r in rows])
+        measured = np.array([r["c1"] / r["c0"] for r in rows])
         print("\nBy the n-gram prompt lookup matches at the root: share of steps, tokens a call adds "
-              "(a1 - a0), a call's time over the step's without (c1 / c0), share the oracle calls.\n")
-        print("| root match n | steps | tokens added | time c1 / c0 | oracle calls |")
+              "(a1 - a0), a call's measured time over the step's without (c1 / c0), share hindsight calls.\n")
+        print("| root match n | steps | tokens added | time c1 / c0 | hindsight calls |")
         print("|---|---|---|---|---|")
-        hind = rs["oracle (hindsight)"]
-        for n in np.unique(d["match"]):
-            m = d["match"] == n
-            print(f"| {n} | {m.mean():.0%} | {(d['a1'] - d['a0'])[m].mean():+.2f} | "
-                  f"{(d['c1'] / d['c0'])[m].mean():.2f} | {hind[m].mean():.0%} |")
+        for n in np.unique(match):
+            m = match == n
+            print(f"| {n} | {m.mean():.0%} | {added[m].mean():+.2f} | {measured[m].mean():.2f} | "
+                  f"{rs[HINDSIGHT][m].mean():.0%} |")
     return 0
 
 

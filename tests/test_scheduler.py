@@ -747,25 +747,29 @@ def test_an_arm_chosen_on_one_machine_class_is_played_there_only(rows, tmp_path)
 
 def test_call_replay_scores_each_rule_on_the_branch_it_picks(tmp_path):
     """scripts/call_replay.py: where prompt lookup matches, a call adds a token for 10% more time (it
-    pays); where it does not, it adds nothing for the same time. Replayed, when-matched picks exactly
-    the oracle's branches, `always` pays for the useless calls, and rows without strong_match get no
-    when-matched rule. A file that is not `scheduler collect` output is refused by name."""
+    pays); where it does not, it adds nothing for the same time. Replayed on the shared cost model,
+    when-matched picks exactly hindsight's calls, `always` pays for the useless ones, and rows without
+    strong_match get no when-matched rule. A file that is not `scheduler collect` output is refused by name."""
     import importlib.util
+    from treegraft.scheduler_train import Branches, fit_cost_model, one_time_costs
     spec = importlib.util.spec_from_file_location("call_replay", "scripts/call_replay.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    rows = [{"prompt_id": f"p{i % 3}", "a0": 2, "a1": 2 + match, "c0": 1.0, "c1": 1.1,
-             "features": {"weak_expected": 1.0 + i % 2, "strong_match": match}}
+    rows = [{"prompt_id": f"p{i % 3}", "step": i // 3, "a0": 2, "a1": 2 + match, "c0": 1.0, "c1": 1.1,
+             "n0": 3, "n1": 5, "verify0_s": 1.0, "verify1_s": 1.1, "weak_s": 0.0, "refine_s": 0.0,
+             "strong_forwards": 1, "features": {"weak_expected": 1.0 + i % 2, "strong_match": match}}
             for i, match in enumerate([0, 1, 0, 0, 2, 1, 0, 1])]
     path = tmp_path / "collect.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows))
-    d = mod.load(path)
-    rules = mod.rules(d)
-    rate = {k: mod.rate(d, call, slice(None)) for k, call in rules.items()}
-    assert rules["when-matched"].tolist() == rules["oracle (hindsight)"].tolist() == [m >= 1 for m in d["match"]]
-    assert rate["never"] < rate["always"] < rate["when-matched"] == rate["oracle (hindsight)"]
+    loaded = mod.load(path)
+    cm, pre = fit_cost_model(loaded), one_time_costs(loaded)
+    rules = mod.rules(loaded, cm, pre)
+    rate = {k: Branches(loaded, cm).rate(call, pre) for k, call in rules.items()}
+    assert rules["when-matched"].tolist() == rules[mod.HINDSIGHT].tolist() == [r["features"]["strong_match"] >= 1
+                                                                               for r in rows]
+    assert rate["never"] < rate["always"] < rate["when-matched"] == rate[mod.HINDSIGHT]
     path.write_text("\n".join(json.dumps(r | {"features": {"weak_expected": 1.5}}) for r in rows))
-    assert "when-matched" not in mod.rules(mod.load(path))
+    assert "when-matched" not in mod.rules(mod.load(path), cm, pre)
     path.write_text(json.dumps({"prompt_id": "p0", "a0": 1}))
     with pytest.raises(SystemExit, match="not `scheduler collect` steps"):
         mod.load(path)

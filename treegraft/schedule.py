@@ -208,8 +208,8 @@ class WhenMatched(Policy):
     (strong_match >= 1, read without running it). Without a match there it has no proposal at the
     root, and what it adds deeper rarely pays for the bigger tree: on 419 SmolLM2 weak+ngram training
     oracle steps (AVX-512, docs/bench/matched/) it matched nothing on 58% of them, where a call added
-    0.04 tokens for 8% more time; replayed, calling only on a match ran 1.123x `never` against
-    `always` 1.101x and when-unsure 1.106x (the oracle, with hindsight, 1.209x). On the clock the arms
+    0.04 tokens for 8% more time; replayed, calling only on a match ran 1.114x `never` against
+    `always` 1.100x and when-unsure 1.102x (hindsight's best calls 1.185x). On the clock the arms
     lie within 2% of each other (README, "A free look before calling prompt lookup"). A model strong
     drafter cannot be read without running, so this policy calls it every step."""
     name = "when-matched"
