@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Choose each shipped pair's arm on validation prompts (PER_SUITE per set, default 1, from offset 70:
 # disjoint from the training prompts at 40-42 and the benchmark's first ones): tree-strong, never, always, when-empty,
-# when-matched (where the strong drafter is prompt lookup), when-unsure (at its default threshold, plus any in EXTRA_ARMS, e.g. EXTRA_ARMS="treegraft:when-unsure[unsure=1.5]";
+# when-matched (where the strong drafter is prompt lookup), when-unsure (at its default threshold, plus any in
+# EXTRA_ARMS, e.g. EXTRA_ARMS="treegraft:when-unsure[unsure=1.5]";
 # for a pair whose strong drafter is cheaper than its weak one, "treegraft:strong-first[sure=3,unsure=1.5]") and the gain rule
 # run interleaved (REPEATS rounds, median kept), then `scheduler choose` writes the fastest into the
 # pair's scheduler.json and REPORT.md. INT8=strong runs the strong drafter in int8 (--int8): its arm is kept
