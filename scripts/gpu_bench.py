@@ -37,7 +37,7 @@ def tree_forward_cost(model, device, dtype, prefix=256):
             n = r.n
             sync(device)
             t = time.perf_counter()
-            mask = tree_mask([list(range(n + 1 + j)) for j in range(q)], n + q, dtype, device)
+            mask = tree_mask([n + 1 + j for j in range(q)], [[] for _ in range(q)], n + q, dtype, device)
             r._forward(list(range(q)), list(range(n, n + q)), mask)
             sync(device)
             ts.append(time.perf_counter() - t)

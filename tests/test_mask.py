@@ -195,3 +195,15 @@ def test_a_feature_drafter_refuses_a_window():
     runner = Runner(eagle.build(target).eval(), "strong", features_from=Runner(target))
     with pytest.raises(ValueError, match="context window"):
         runner.limit_context(8)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_tree_mask_opens_exactly_each_rows_prefix_and_tail(dtype):
+    from treegraft.kv import tree_mask
+    prefix, tails = [3, 4, 2, 5], [[], [6], [5, 7], []]
+    mask = tree_mask(prefix, tails, 8, dtype, "cpu")
+    assert mask.shape == (1, 1, 4, 8) and mask.dtype == dtype
+    for r in range(4):
+        open_cols = set(range(prefix[r])) | set(tails[r])
+        for c in range(8):
+            assert mask[0, 0, r, c].item() == (0.0 if c in open_cols else torch.finfo(dtype).min), (r, c)
