@@ -136,6 +136,8 @@ def main() -> None:
     ap.add_argument("--variants", default="fp32,int8",
                     help="comma-separated, the baseline first: fp32 (full heads), int8, vocabK, vocabK-fixed")
     ap.add_argument("--limit", type=int, default=2, help="prompts per set (all six sets)")
+    ap.add_argument("--offset", type=int, default=0,
+                    help="skip this many prompts of each set (70: the validation prompts the arms are chosen on)")
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--depth", type=int, default=10)
     ap.add_argument("--out", required=True, help="JSONL of finished rows (resumable)")
@@ -149,7 +151,11 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     done = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
     keys = {(r["prompt"], r["method"], r["drafter"]) for r in done}
-    prompts = [p for s in SUITES for p in load_suite(s, a.limit)]
+    if a.limit < 1 or a.offset < 0:
+        raise SystemExit(f"--limit must be >= 1 and --offset >= 0, got {a.limit} and {a.offset}")
+    prompts = [p for s in SUITES for p in load_suite(s, a.offset + a.limit)[a.offset:]]
+    if not prompts:
+        raise SystemExit(f"no prompts from offset {a.offset}: every set is shorter")
     variants = a.variants.split(",")
     if variants[0] != "fp32" and not cut_of(variants[0]) or len(variants) < 2:
         raise SystemExit("--variants must start with the baseline (fp32 or a vocab variant) and name at least one more")
