@@ -207,3 +207,13 @@ def test_tree_mask_opens_exactly_each_rows_prefix_and_tail(dtype):
         open_cols = set(range(prefix[r])) | set(tails[r])
         for c in range(8):
             assert mask[0, 0, r, c].item() == (0.0 if c in open_cols else torch.finfo(dtype).min), (r, c)
+
+
+@pytest.mark.parametrize("tail", [[], [4], [4, 5, 6], [5, 7], [6], [4, 7]])
+def test_keep_rows_equals_a_gather_of_prefix_and_tail(tail):
+    from treegraft.kv import keep_rows
+    x = torch.arange(2 * 8 * 3, dtype=torch.float32).reshape(1, 2, 8, 3)
+    want = x.index_select(-2, torch.tensor(list(range(4)) + tail))
+    assert torch.equal(keep_rows(x.clone(), 4, tail, -2), want)
+    h = torch.arange(8 * 3, dtype=torch.float32).reshape(8, 3)
+    assert torch.equal(keep_rows(h.clone(), 4, tail, 0), h[list(range(4)) + tail])

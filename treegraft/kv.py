@@ -193,20 +193,19 @@ class Runner:
         """Keep the committed prefix plus the cached prefix of the accepted path, drop the rest.
         Nodes the drafter never ran on are simply not kept; the next catch_up feeds them. A feature
         drafter keeps none: its tree slots read predicted features, the real ones are known now."""
-        keep = list(range(self.n))
+        tail = []
         for i in ([] if self.needs_features else path):
             if i not in self.slot:
                 break
-            keep.append(self.slot[i])
-        if len(keep) < self.cache_len:
-            index = torch.tensor(keep, device=self.device)
+            tail.append(self.slot[i])
+        if self.n + len(tail) < self.cache_len:
             for layer in self.cache.layers:
                 # RoPE is applied before caching, so a kept slot's position stays valid.
-                layer.keys = layer.keys.index_select(-2, index)
-                layer.values = layer.values.index_select(-2, index)
+                layer.keys = keep_rows(layer.keys, self.n, tail, -2)
+                layer.values = keep_rows(layer.values, self.n, tail, -2)
             if self.hidden is not None:
-                self.hidden = self.hidden.index_select(0, index)
-        self.n = len(keep)
+                self.hidden = keep_rows(self.hidden, self.n, tail, 0)
+        self.n += len(tail)
         self.slot = {}
 
     def mark(self) -> int:
@@ -223,3 +222,14 @@ class Runner:
             self.hidden = self.hidden[:n]
         self.n = min(self.n, n)
         self.slot = {}
+
+
+@torch.inference_mode()
+def keep_rows(x: torch.Tensor, n: int, tail: list[int], dim: int) -> torch.Tensor:
+    """x's first n rows along `dim`, then its rows `tail` (slots past n, increasing: an accepted path).
+    The prefix stays where it is: only the tail moves into rows n.., in place, and the rest is sliced
+    off. A gather of the whole cache (index_select) cost ~2 ms a step on SmolLM2's 30 layers."""
+    if tail != list(range(n, n + len(tail))):
+        moved = x.index_select(dim, torch.tensor(tail, device=x.device))  # a copy: reads before the write
+        x.narrow(dim, n, len(tail)).copy_(moved)
+    return x.narrow(dim, 0, n + len(tail))
