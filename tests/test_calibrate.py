@@ -8,7 +8,7 @@ import pytest
 from tiny import tiny_trio
 from test_lossless import hf_greedy, run
 from treegraft.calibrate import FLOOR, Calibration
-from treegraft.draft import add_children
+from treegraft.draft import add_children, proposals
 from treegraft.tree import ROOT, DraftTree
 
 
@@ -68,8 +68,8 @@ def test_drafting_uses_the_scale():
     import torch
     t = DraftTree(scale=lambda role, lp, depth: lp - depth)
     logp = torch.log_softmax(torch.tensor([3.0, 1.0, 0.0, -1.0]), dim=-1)
-    add_children(t, ROOT, logp, 2, "weak", "weak")
-    add_children(t, 0, logp, 1, "weak", "weak")
+    add_children(t, ROOT, proposals(logp[None], 2)[0], "weak", "weak")
+    add_children(t, 0, proposals(logp[None], 1)[0], "weak", "weak")
     assert t.nodes[0].score == pytest.approx(float(logp[0]) - 1)
     assert t.nodes[0].weak_logp == pytest.approx(float(logp[0]))  # the raw opinion is kept
     assert t.nodes[2].score == pytest.approx(float(logp[0]) - 2)

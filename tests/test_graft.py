@@ -137,7 +137,7 @@ def test_a_strong_row_at_its_floor_has_no_opinion():
     tree.add(ROOT, 4, -1.5, "weak", weak_logp=-1.5)
     row = torch.full((8,), -30.0)
     row[4] = -0.1  # lookup saw 4 follow this context, never 3
-    _rescore_children(tree, ROOT, row, GraftConfig(keep_calibrated=0))
+    _rescore_children(tree, ROOT, row, GraftConfig(keep_calibrated=0), float(row.min()))
     kept, rescored = tree.nodes
     assert (kept.score, kept.strong_logp, kept.rescored) == (-0.2, None, False)
     assert rescored.rescored and rescored.score == pytest.approx(-0.1)

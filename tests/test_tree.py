@@ -94,3 +94,15 @@ def test_sampled_acceptance_is_a_selected_chain_and_bonus_has_mass(tree, budget,
 def test_top_p_keeps_the_nucleus():
     probs = target_probs(torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])), 1.0, 0.8)
     assert torch.allclose(probs, torch.tensor([[0.625, 0.375, 0.0, 0.0]]))
+
+
+def test_proposals_are_each_rows_top_k_above_its_floor():
+    from treegraft.draft import proposals
+    logp = torch.tensor([[-1.0, -3.0, -0.5, -9.0, -9.0],     # two above the floor, then the floor
+                         [-9.0, -9.0, -9.0, -9.0, -9.0],     # a flat row: no proposal at all
+                         [-0.25, -2.0, -3.0, -4.0, -5.0]])
+    assert proposals(logp, 3) == [[(-0.5, 2), (-1.0, 0), (-3.0, 1)], [], [(-0.25, 0), (-2.0, 1), (-3.0, 2)]]
+    assert proposals(logp, 9)[2] == [(-0.25, 0), (-2.0, 1), (-3.0, 2), (-4.0, 3)]  # k past the vocabulary
+    for row, k in ((0, 2), (2, 2)):
+        one = torch.topk(logp[row], k)
+        assert proposals(logp, k)[row] == list(zip(one.values.tolist(), one.indices.tolist()))

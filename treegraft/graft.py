@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 
 import torch
 
-from .draft import add_children
+from .draft import add_children, proposals
 from .kv import Runner
 from .tree import ROOT, DraftTree, select
 
@@ -64,11 +64,10 @@ def _blend(node, cfg: GraftConfig, tree: DraftTree) -> float:
     return max(mixed, w) if cfg.keep_calibrated and tree.weak_calibrated else mixed
 
 
-def _rescore_children(tree: DraftTree, parent: int, logp: torch.Tensor, cfg: GraftConfig) -> None:
+def _rescore_children(tree: DraftTree, parent: int, logp: torch.Tensor, cfg: GraftConfig, floor: float) -> None:
     kids = [n for n in tree.nodes if n.parent == parent]
     if not kids:
         return
-    floor = float(logp.min())
     for n, lp in zip(kids, logp[[n.token for n in kids]].tolist()):
         if lp <= floor:
             continue  # the row's floor is no proposal (prompt lookup's unseen tokens, or a flat row): no opinion
@@ -85,10 +84,10 @@ def rescore(strong: Runner, tree: DraftTree, seq: list[int], cfg: GraftConfig) -
         n.selected = False  # select() marks nodes; here it only picked the rescoring set
     logp = torch.log_softmax(strong.catch_up(seq, scored, tree), dim=-1)
     rows = {ROOT: logp[0]} | {i: logp[1 + j] for j, i in enumerate(scored)}
-    for parent, lp in rows.items():
+    for (parent, lp), floor in zip(rows.items(), logp.amin(dim=-1).tolist()):
         if parent != ROOT:
             tree.nodes[parent].expanded_by = tree.nodes[parent].expanded_by or "strong"
-        _rescore_children(tree, parent, lp, cfg)
+        _rescore_children(tree, parent, lp, cfg, floor)
     tree.refresh_values()
     return rows
 
@@ -97,12 +96,10 @@ def recover(tree: DraftTree, rows: dict[int, torch.Tensor], cfg: GraftConfig,
             weak_rows: dict[int, torch.Tensor] | None = None) -> list[int]:
     """Add q_s's top-k_r tokens under each scored parent that q_w never proposed there."""
     made = []
-    for parent, lp in rows.items():
-        top = torch.topk(lp, cfg.recover_k)
-        floor = float(lp.min())
-        for s_lp, tok in zip(top.values.tolist(), top.indices.tolist()):
-            if s_lp <= floor:
-                break  # at the floor: no proposal
+    if cfg.recover_k == 0 or not rows:
+        return made
+    for parent, proposed in zip(rows, proposals(torch.stack(list(rows.values())), cfg.recover_k)):
+        for s_lp, tok in proposed:
             if tree.child(parent, tok) is not None:
                 continue
             w_lp = float(weak_rows[parent][tok]) if weak_rows and parent in weak_rows else None
@@ -139,12 +136,13 @@ def graft(strong: Runner, tree: DraftTree, points: list[int], root_pos: int, cfg
         logp = torch.log_softmax(strong.forward_nodes(tree, frontier, root_pos), dim=-1)
         forwards += 1
         level = []
-        for row, parent in enumerate(frontier):
+        floors = logp.amin(dim=-1).tolist()
+        for row, (parent, proposed) in enumerate(zip(frontier, proposals(logp, cfg.graft_k))):
             tree.nodes[parent].expanded_by = "strong"
-            _rescore_children(tree, parent, logp[row], cfg)  # merge into existing children
+            _rescore_children(tree, parent, logp[row], cfg, floors[row])  # merge into existing children
             tree.refresh_values()
             before = len(tree)
-            add_children(tree, parent, logp[row], cfg.graft_k, "graft", "strong")
+            add_children(tree, parent, proposed, "graft", "strong")
             for i in range(before, len(tree)):
                 tree.nodes[i].rescored = True
             kids = [n.id for n in tree.nodes if n.parent == parent]
