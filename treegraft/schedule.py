@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .budget import choose_budget, forward_ms
@@ -123,7 +123,8 @@ class Decision:
     expected: float | None = None  # the policy's a0 (tokens without a call), to measure what a call added
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        # Its dicts hold numbers only, so one level of copying is asdict's result at a tenth of its time.
+        return self.__dict__ | {"features": dict(self.features), "oracle": None if self.oracle is None else dict(self.oracle)}
 
 
 class Policy:
