@@ -65,6 +65,56 @@ def test_packed_kernels_keep_greedy_token_identical(roles):
             assert engine.new_tokens == ref, method
 
 
+def test_padded_rows_give_the_unpadded_outputs():
+    """A Linear told to run 1-3 rows at more rows returns exactly the rows it was given, with
+    their values, whatever the input's leading shape."""
+    torch.manual_seed(3)
+    lin = nn.Linear(64, 96)
+    xs = [torch.randn(1, 1, 64), torch.randn(1, 2, 64), torch.randn(3, 64), torch.randn(2, 1, 64), torch.randn(1, 7, 64)]
+    with torch.inference_mode():
+        refs = [lin(x) for x in xs]
+        fastpath.pack_linear(lin, dual=True)
+        lin.treegraft_pad = {1: 4, 2: 6, 3: 5}
+        for x, ref in zip(xs, refs):
+            out = lin(x)
+            assert out.shape == ref.shape and torch.allclose(out, ref, atol=1e-4)
+
+
+def test_pads_from_takes_the_fastest_padded_count_only_past_the_margin():
+    us = 1e-6
+    seconds = {"1": 100 * us, "1 row": 70 * us, "2": 120 * us, "3": 85 * us, "4": 80 * us, "5": 81 * us, "6": 60 * us}
+    for m in range(1, 6):
+        for p in range(m + 1, 7):
+            seconds[f"pad {m}>{p}"] = 5 * us
+    # 1 row: the one-row layout's 70 beats 60 + 5 by less than 10%; 2, 3, 4, 5 -> 6 (65 against 120, 85, 80, 81)
+    assert fastpath.pads_from(seconds) == {2: 6, 3: 6, 4: 6, 5: 6}
+    seconds["pad 2>6"] = 60 * us       # padding that costs more than it saves is not taken
+    assert fastpath.pads_from(seconds)[2] == 4  # 80 + 5 against 6 rows at 60 + 60
+    assert fastpath.pads_from({"1": 1.0, "2": 1.0}) == {}  # nothing measured for padding: rows run as they come
+
+
+def test_row_pads_are_measured_once_per_shape_and_keep_greedy_token_identical(tmp_path, monkeypatch):
+    monkeypatch.setenv("TREEGRAFT_HOME", str(tmp_path))
+    trio = tiny_trio("perturbed", "copy", kernels="packed")
+    pads = fastpath.set_row_pads([trio.target, trio.weak, trio.strong], torch.float32)
+    cached = json.loads((tmp_path / "kernels.json").read_text())
+    assert len(cached) == len(pads) and all(k.endswith("|row pads") for k in cached)
+    assert all(set(e["seconds"]) >= {"1", "1 row", "8", "pad 1>2"} for e in cached.values())
+    for e in cached.values():
+        e["pads"] = {"1": 4, "2": 6, "3": 5}   # a cached verdict is read, not remeasured: force padding
+    (tmp_path / "kernels.json").write_text(json.dumps(cached))
+    fastpath.set_row_pads([trio.target, trio.weak, trio.strong], torch.float32)
+    assert trio.target.lm_head.treegraft_pad == {1: 4, 2: 6, 3: 5}
+    stock = tiny_trio("perturbed", "copy")
+    for prompt in ([5, 17, 33, 2, 9], [40, 41, 42, 43, 44]):
+        ref = stock.target.generate(ids(prompt), max_new_tokens=25, do_sample=False, min_new_tokens=0)
+        ref = ref[0, len(prompt):].tolist()
+        for method in ("ar", "tree-weak", "treegraft"):
+            engine = Engine(trio, GenConfig(method=method, policy="always", max_new_tokens=25, budget=16, depth=5))
+            list(engine.generate(prompt))
+            assert engine.new_tokens == ref, method
+
+
 def test_kernel_choice_is_validated_and_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("TREEGRAFT_HOME", str(tmp_path))
     cpu = torch.device("cpu")

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from .chunks import cache_home
-from .fastpath import hardware_class
+from .fastpath import hardware_class, pad_table
 from .kv import make_runner
 from .models import Trio, sync
 from .tree import ROOT, DraftTree
@@ -32,7 +32,9 @@ def _path(trio: Trio, context: int, roles) -> Path:
     # platform.processor() is empty on most Linux machines: the class keeps AVX2 and AVX-512 curves apart
     what = json.dumps([trio.names, str(trio.device), str(trio.dtype), trio.kernels, platform.processor(),
                        platform.machine(), torch.__version__, torch.get_num_threads(), context, list(roles),
-                       hardware_class(trio.device)], sort_keys=True)
+                       hardware_class(trio.device)]
+                      + ([pad_table([trio.target, trio.weak, trio.strong])] if trio.kernels == "packed" else []),
+                      sort_keys=True)
     return cache_home() / "profiles" / f"{hashlib.sha256(what.encode()).hexdigest()[:16]}.json"
 
 

@@ -16,9 +16,16 @@ The same holds in bf16 on a CPU with native bf16 (AVX512-BF16 / AMX), where stoc
 weight reorder on every call: measured on the qwen-coder trio (2 threads, AVX512-BF16, `profile`), the
 1.5B's one-token forward costs 215 ms fp32 packed, 145 ms bf16 stock and 92 ms bf16 packed.
 
+Nor is a layout monotone in rows: on an AVX-512 EPYC (fp32, 2 threads) every Linear of SmolLM2 and
+the Qwen pair costs least at 4-6 rows and most at 2, as a forward sees it (weights streamed from
+memory), and the one-row layout is no faster there. So under ``auto`` each packed Linear may also pad
+a call of few rows with zero rows to a row count that runs faster, measured once per machine and
+shape (``row_pads``): the 1.5B's 2-token forward went 269 -> 174 ms, its 1-token one 186 -> 170.
+
 Kernels: ``stock`` (nn.Linear), ``packed`` (prepacked oneDNN), ``auto`` (packed on CPU in fp32, or in
 bf16 where the CPU has native bf16, when a quick measurement on this machine says it is faster; the
-verdict is cached per machine and dtype in TREEGRAFT_HOME/kernels.json). On CUDA, for fp16, and for
+verdict is cached per machine and dtype in TREEGRAFT_HOME/kernels.json, with the measured row pads).
+On CUDA, for fp16, and for
 bf16 without native support, ``auto`` means stock.
 """
 
@@ -79,8 +86,17 @@ def _packed_forward(module: nn.Linear, packed: torch.Tensor, row: torch.Tensor |
         if x.dtype != dtype or x.device.type != "cpu" or torch.is_grad_enabled():
             raise RuntimeError(f"a packed Linear runs {str(dtype).replace('torch.', '')} CPU inference only; "
                                "load with --kernels stock to train or to change dtype")
-        w = row if row is not None and x.numel() == x.shape[-1] else packed
-        return torch.ops.mkldnn._linear_pointwise(x, w, bias, "none", [], "")
+        rows = x.numel() // x.shape[-1]
+        to = module.treegraft_pad.get(rows)
+        if to is None:
+            w = row if rows == 1 and row is not None else packed
+            return torch.ops.mkldnn._linear_pointwise(x, w, bias, "none", [], "")
+        # Zero rows appended: each output row reads only its own input row, so the real rows' outputs
+        # are what they would be at `to` rows, and the padding is sliced off.
+        padded = x.new_zeros(to, x.shape[-1])
+        padded[:rows] = x.reshape(rows, x.shape[-1])
+        out = torch.ops.mkldnn._linear_pointwise(padded, packed, bias, "none", [], "")[:rows]
+        return out.reshape(*x.shape[:-1], out.shape[-1])
     return forward
 
 
@@ -97,6 +113,7 @@ def pack_linear(module: nn.Linear, keep_dense: bool = False, packed: tuple | Non
         packed = (torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), None),
                   torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), 1) if dual else None)
     bias = None if module.bias is None else module.bias.detach()
+    module.treegraft_pad = {}  # rows -> the row count to run them at (set_row_pads); empty: as they come
     module.forward = _packed_forward(module, *packed, bias)
     module.treegraft_packed = True
     module.packed_weight = packed
@@ -219,6 +236,102 @@ def choose_kernels(kernels: str, device: torch.device, dtype: torch.dtype, shape
         tmp.write_text(json.dumps(cached, indent=2))
         tmp.replace(path)
     return cached[key]["choice"]
+
+
+PAD_ROWS = 8     # row counts measured for padding: the sizes of CPU trees and drafter levels
+PAD_GAIN = 0.9   # pad only where the padded call is at least 10% faster: a smaller edge is timing noise
+COLD_BYTES = 96 << 20  # weights cycled through per measurement: past a CPU's last-level cache, as in a forward
+
+
+@torch.inference_mode()
+def measure_rows(out_f: int, in_f: int, rows: int = PAD_ROWS, repeats: int = 5,
+                 dtype: torch.dtype = torch.float32) -> dict[str, float]:
+    """Median seconds of one packed call per row count 1..rows (general layout; "1 row": the one-row
+    layout), and of padding m rows to p ("pad m>p": the zeros, the copy and the slice, not the call),
+    interleaved repeats. Calls are timed cold: a forward streams every layer's weights from memory,
+    so they cycle through copies of the weight that together outgrow the caches (timed hot, from
+    cache, small shapes hide the gain a real forward sees)."""
+    copies = max(1, min(256, COLD_BYTES // (out_f * in_f * torch.finfo(dtype).bits // 8)))
+    w = torch.full((out_f, in_f), 0.01, dtype=dtype)
+    weights = [(torch.ops.mkldnn._reorder_linear_weight(w, None), torch.ops.mkldnn._reorder_linear_weight(w, 1))
+               for _ in range(copies)]
+    xs = {str(m): torch.full((1, m, in_f), 0.5, dtype=dtype) for m in range(1, rows + 1)}
+    xs["1 row"] = xs["1"]
+    out = torch.zeros(rows, out_f, dtype=dtype)
+    pads = [(m, p) for m in range(1, rows) for p in range(m + 1, rows + 1)]
+    times = {m: [] for m in list(xs) + [f"pad {m}>{p}" for m, p in pads]}
+    for _ in range(repeats):
+        for m, x in xs.items():
+            layout = 1 if m == "1 row" else 0
+            t = time.perf_counter()
+            for pair in weights:
+                torch.ops.mkldnn._linear_pointwise(x, pair[layout], None, "none", [], "")
+            times[m].append((time.perf_counter() - t) / copies)
+        for m, p in pads:  # what _packed_forward adds around the call
+            x = xs[str(m)]
+            t = time.perf_counter()
+            for _ in range(20):
+                padded = x.new_zeros(p, in_f)
+                padded[:m] = x.reshape(m, in_f)
+                out[:m].reshape(*x.shape[:-1], out_f)
+            times[f"pad {m}>{p}"].append((time.perf_counter() - t) / 20)
+    return {m: statistics.median(v) for m, v in times.items()}
+
+
+def pads_from(seconds: dict[str, float], gain: float = PAD_GAIN) -> dict[int, int]:
+    """rows -> the row count p > rows whose call plus the padding is fastest, where that beats running
+    them as they come (one row: in either layout) by `gain`. oneDNN's blocked kernels are not monotone
+    in rows: on an AVX-512 EPYC (fp32, 2 threads, cold) every Linear of SmolLM2 and the Qwen pair costs
+    least at 4-6 rows and 1.2-1.4x that at 2 (the 1.5B's 8960-wide MLP: 2.19 ms at 2 rows, 1.59 at 6)."""
+    general = {int(m): t for m, t in seconds.items() if m.isdigit()}
+    out = {}
+    for m in sorted(general):
+        as_they_come = min(general[m], seconds.get("1 row", general[m])) if m == 1 else general[m]
+        costs = {p: general[p] + seconds[f"pad {m}>{p}"] for p in general if p > m and f"pad {m}>{p}" in seconds}
+        if costs:
+            best = min(costs, key=lambda p: (costs[p], p))
+            if costs[best] < gain * as_they_come:
+                out[m] = best
+    return out
+
+
+def row_pads(shape: tuple[int, int], dtype: torch.dtype = torch.float32) -> dict[int, int]:
+    """pads_from this machine's measurement of one Linear shape, measured once and cached
+    (TREEGRAFT_HOME/kernels.json, beside the kernel verdicts)."""
+    path, key = _cache_file(), _machine_key(shape, dtype) + "|row pads"
+    try:
+        cached = json.loads(path.read_text())
+    except (OSError, ValueError):
+        cached = {}
+    if key not in cached:
+        t = measure_rows(*shape, dtype=dtype)
+        cached[key] = {"pads": {str(m): p for m, p in pads_from(t).items()},
+                       "seconds": {str(m): s for m, s in t.items()}}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(cached, indent=2))
+        tmp.replace(path)
+    return {int(m): int(p) for m, p in cached[key]["pads"].items()}
+
+
+def set_row_pads(models: list[nn.Module], dtype: torch.dtype) -> dict[tuple[int, int], dict[int, int]]:
+    """Give every packed Linear of these models its shape's measured row pads. Returns them by shape."""
+    linears = [m for model in models for m in model.modules() if getattr(m, "treegraft_packed", False)]
+    by_shape = {}
+    for mod in linears:
+        shape = (mod.out_features, mod.in_features)
+        if shape not in by_shape:
+            by_shape[shape] = row_pads(shape, dtype)
+        mod.treegraft_pad = by_shape[shape]
+    return by_shape
+
+
+def pad_table(models: list[nn.Module]) -> list:
+    """The row pads these models' packed Linears run with, as sorted plain data: part of what a cost
+    profile was measured under (treegraft.costs keys its cache by it)."""
+    table = {(m.out_features, m.in_features): sorted(m.treegraft_pad.items())
+             for model in models for m in model.modules() if getattr(m, "treegraft_pad", None)}
+    return sorted([list(shape), pads] for shape, pads in table.items())
 
 
 def largest_linear(model: nn.Module) -> tuple[int, int]:

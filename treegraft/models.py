@@ -30,7 +30,7 @@ from transformers import (
 from .chunks import GGUF_MODELS, cache_home, gguf_model_dir
 from .eagle import FeatureDrafter
 from .errors import ModelLoadError
-from .fastpath import choose_kernels, cpu_has_bf16, largest_linear, pack_models, room_for_dual
+from .fastpath import choose_kernels, cpu_has_bf16, largest_linear, pack_models, room_for_dual, set_row_pads
 from .quantize import quantize_drafter
 from .lookup import NgramDrafter
 from . import skip, vocab
@@ -402,6 +402,8 @@ def load_trio(target: str | None = None, weak: str | None = None, strong: str | 
         # One-row forwards (plain decoding, a chain drafter) get their own layout when memory allows
         # (treegraft.fastpath); the target first, then the strong drafter.
         pack_models(models, dual=room_for_dual([tgt, drafters["strong"], drafters["weak"]]))
+        if kernels == "auto":  # measured choices only: an explicit `packed` runs rows as they come
+            set_row_pads(models, dt)
     pair = f"{drafter_key(weak, 'weak')}+{drafter_key(strong, 'strong')}"
     return Trio(tgt, drafters["weak"], drafters["strong"], tok, dev, dt, names, family, chosen, pair, int8,
                 draft_vocab if cut else 0, cut and draft_vocab_prompt)

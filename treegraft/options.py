@@ -28,7 +28,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     g.add_argument("--kernels", default="auto", choices=KERNELS,
                    help="CPU Linear kernels (fp32, or bf16 on a CPU with native bf16): packed (oneDNN prepacked), stock, "
-                        "or auto (measured once per machine and dtype)")
+                        "or auto (measured once per machine and dtype: packed or stock, and per Linear the row "
+                        "counts worth padding to a faster one)")
     g.add_argument("--int8", default="none", choices=INT8_ROLES,
                    help="run these standalone drafters in int8 on the CPU (faster, may accept less; the target "
                         "stays as loaded, so output is unchanged)")
