@@ -1,5 +1,7 @@
 """`--budget auto`: the tree size that maximises expected tokens per second on a cost curve."""
 
+import json
+
 import pytest
 import torch
 
@@ -60,6 +62,19 @@ def test_auto_budget_is_lossless_and_cached(tmp_path, monkeypatch):
         assert all(r.budget is not None and r.budget <= 64 and len(r.selected) <= r.budget for r in records)
     assert list((tmp_path / "profiles").glob("*.json"))     # measured once, then read
     assert set(costs.target_curve(trio)) == set(costs.QS[:-1])
+
+
+def test_target_curve_reads_a_full_profile_only_on_the_current_grid(tmp_path, monkeypatch):
+    monkeypatch.setenv("TREEGRAFT_HOME", str(tmp_path))
+    trio = tiny_trio("perturbed", "copy")
+    full = costs._path(trio, 200, costs.ROLES)
+    full.parent.mkdir(parents=True)
+    dense = {str(q): 1000.0 + q for q in costs.QS}
+    full.write_text(json.dumps({"target": dense}))
+    assert costs.target_curve(trio) == {q: 1000.0 + q for q in costs.QS}      # read, not re-measured
+    full.write_text(json.dumps({"target": {"1": 1000.0, "2": 1001.0, "4": 1002.0, "8": 1003.0}}))
+    curve = costs.target_curve(trio)                 # a coarse grid from before: measured again, densely
+    assert set(curve) == set(costs.QS[:-1]) and all(ms < 1000.0 for ms in curve.values())
 
 
 def test_live_curve_scales_the_profile_by_measured_verifications():

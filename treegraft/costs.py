@@ -1,8 +1,11 @@
 """What one forward over q new tree tokens costs on this machine, per model of a trio.
 
-For the target and each drafter: one forward over q = 1, 2, 4, ..., 128 new tokens (a tree of q
-siblings under the root, float tree mask, explicit positions) on a ~200-token cache, medians of
-interleaved repeats (every q once per round, so a busy neighbour slows all q alike). Cached per
+For the target and each drafter: one forward over q = 1 ... 128 new tokens (a tree of q siblings
+under the root, float tree mask, explicit positions) on a ~200-token cache, medians of interleaved
+repeats (every q once per round, so a busy neighbour slows all q alike). Every q up to 8 is measured,
+not interpolated: CPU kernels work in blocks of rows (oneDNN's fp32 kernels take 6 at a time on
+AVX-512), so a forward can cost the same from 1 to 6 tokens and jump at 7, a step that a grid of
+powers of two draws as a slope from 4 to 8. Cached per
 machine, models, device, dtype and kernels in TREEGRAFT_HOME/profiles/: `profile` prints it, the
 hardware-aware budget (treegraft.budget) reads the target's curve.
 """
@@ -24,7 +27,7 @@ from .kv import make_runner
 from .models import Trio, sync
 from .tree import ROOT, DraftTree
 
-QS = (1, 2, 4, 8, 16, 32, 64, 128)
+QS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 ROLES = ("target", "weak", "strong")
 
 
@@ -98,5 +101,7 @@ def target_curve(trio: Trio) -> dict[int, float]:
     """The target's ms per forward over q tokens: from a full profile if one was measured, else a
     quick target-only measurement (cached too)."""
     full = _path(trio, 200, ROLES)
-    p = json.loads(full.read_text()) if full.exists() else profile(trio, QS[:-1], 200, 2, roles=("target",))
+    p = json.loads(full.read_text()) if full.exists() else None
+    if p is None or not all(str(q) in p["target"] for q in QS[:-1]):   # none, or on an older, coarser grid
+        p = profile(trio, QS[:-1], 200, 2, roles=("target",))
     return {int(q): ms for q, ms in p["target"].items()}
