@@ -33,12 +33,11 @@ def coarse(curve: LiveCurve) -> LiveCurve:
 def init(self, trio, cfg, method) -> None:
     _init(self, trio, cfg, method)
     e = self.engine
-    if not method.label.endswith("[depth=10]") or (e.curve is None and e.cost_curve is None):
+    if not method.label.endswith("[depth=10]"):
         return
-    if e.curve is not None:                 # the scheduler reads the same object when trees are sized on it
-        e.curve = coarse(e.curve)
-        e.cost_curve = e.curve if e.cost_curve is not None else None
-    else:
+    if e.curve is not None:                 # the engine's scheduler reads the same object then
+        e.curve = e.cost_curve = coarse(e.curve)
+    elif e.cost_curve is not None:
         e.cost_curve = coarse(e.cost_curve)
 
 
