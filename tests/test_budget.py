@@ -70,11 +70,26 @@ def test_target_curve_reads_a_full_profile_only_on_the_current_grid(tmp_path, mo
     full = costs._path(trio, 200, costs.ROLES)
     full.parent.mkdir(parents=True)
     dense = {str(q): 1000.0 + q for q in costs.QS}
-    full.write_text(json.dumps({"target": dense}))
+    full.write_text(json.dumps({"target": dense, "repeats": costs.CURVE_REPEATS}))
     assert costs.target_curve(trio) == {q: 1000.0 + q for q in costs.QS}      # read, not re-measured
-    full.write_text(json.dumps({"target": {"1": 1000.0, "2": 1001.0, "4": 1002.0, "8": 1003.0}}))
+    full.write_text(json.dumps({"target": {"1": 1000.0, "2": 1001.0, "4": 1002.0, "8": 1003.0},
+                                "repeats": costs.CURVE_REPEATS}))
     curve = costs.target_curve(trio)                 # a coarse grid from before: measured again, densely
     assert set(curve) == set(costs.QS[:-1]) and all(ms < 1000.0 for ms in curve.values())
+
+
+def test_a_curve_of_too_few_rounds_is_measured_again(tmp_path, monkeypatch):
+    # the cache key holds no round count, so a 2-round curve from before would size trees for good
+    monkeypatch.setenv("TREEGRAFT_HOME", str(tmp_path))
+    trio = tiny_trio("perturbed", "copy")
+    full = costs._path(trio, 200, costs.ROLES)
+    full.parent.mkdir(parents=True)
+    full.write_text(json.dumps({"target": {str(q): 1000.0 + q for q in costs.QS}, "repeats": 2}))
+    curve = costs.target_curve(trio)
+    assert set(curve) == set(costs.QS[:-1]) and all(ms < 1000.0 for ms in curve.values())
+    again = costs.profile(trio, costs.QS[:-1], 200, costs.CURVE_REPEATS, roles=("target",))
+    assert again["cached"] and again["repeats"] == costs.CURVE_REPEATS        # kept once it has enough
+    assert not costs.profile(trio, costs.QS[:-1], 200, costs.CURVE_REPEATS + 1, roles=("target",))["cached"]
 
 
 def test_live_curve_scales_the_profile_by_measured_verifications():

@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from .costs import QS, profile
+from .costs import CURVE_REPEATS, QS, profile
 from .engine import ConfigError
 from .options import add_model_args, trio_from_args
 
@@ -29,7 +29,7 @@ def main(argv=None) -> int:
     add_model_args(ap)
     ap.add_argument("--qs", default=",".join(map(str, QS)), help="comma-separated new-token counts")
     ap.add_argument("--context", type=int, default=200, help="cached tokens before the tree")
-    ap.add_argument("--repeats", type=int, default=3, help="interleaved rounds (medians)")
+    ap.add_argument("--repeats", type=int, default=CURVE_REPEATS, help="interleaved rounds (medians)")
     ap.add_argument("--refresh", action="store_true", help="measure again even if a cached profile exists")
     ap.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     a = ap.parse_args(argv)
