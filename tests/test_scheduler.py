@@ -618,6 +618,9 @@ def test_choose_pools_earlier_runs_of_the_same_prompts_by_relative_speed(rows, t
     assert (kept / "results.csv").read_text() == (Path(new) / "results.csv").read_text()
     assert (kept / "pool1" / "results.csv").read_text() == (Path(old) / "results.csv").read_text()
     assert f"`{kept}`" in (tmp_path / "s" / "REPORT.md").read_text()
+    # choosing again from the archived copy, archived to the same place, keeps it (it was a SameFileError)
+    assert main(["choose", "--compare", str(kept), "--scheduler", str(tmp_path / "s"), "--archive", str(kept)]) == 0
+    assert (kept / "results.csv").read_text() == (Path(new) / "results.csv").read_text()
     other = run("other", {"treegraft:never": 3.0, "treegraft:always": 2.0}, prompts=("a", "c"))
     assert main(["choose", "--compare", new, "--pool", other, "--scheduler", str(tmp_path / "s")]) == 2
     with pytest.raises(ValueError, match="share no fixed arm"):

@@ -667,6 +667,8 @@ def archive_run(run: str, where: Path) -> str:
     """Copy a bench run's record (not its HTML report) to `where`; returns that path."""
     import shutil
     where.mkdir(parents=True, exist_ok=True)
+    if Path(run).resolve() == where.resolve():      # choosing again from the archived copy itself
+        return str(where)
     for name in ARCHIVED:
         if (Path(run) / name).exists():
             shutil.copyfile(Path(run) / name, where / name)
