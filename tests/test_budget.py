@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from tiny import ids, tiny_trio
+from tiny import ids, tiny_llama, tiny_trio
 from treegraft import costs
 from treegraft.budget import LiveCurve, another_level_pays, choose_budget, forward_ms
 from treegraft.engine import Clock, Engine, GenConfig
@@ -90,6 +90,18 @@ def test_a_curve_of_too_few_rounds_is_measured_again(tmp_path, monkeypatch):
     again = costs.profile(trio, costs.QS[:-1], 200, costs.CURVE_REPEATS, roles=("target",))
     assert again["cached"] and again["repeats"] == costs.CURVE_REPEATS        # kept once it has enough
     assert not costs.profile(trio, costs.QS[:-1], 200, costs.CURVE_REPEATS + 1, roles=("target",))["cached"]
+
+
+def test_a_profile_is_keyed_by_the_models_shapes_not_only_their_names():
+    trio = tiny_trio("perturbed", "copy")
+    path = costs._path(trio, 200, costs.ROLES)
+    reweighted = tiny_trio("perturbed", "copy", seed=1)          # same shapes, other weights: same costs
+    assert costs._path(reweighted, 200, costs.ROLES) == path
+    resized = tiny_trio("perturbed", "copy")
+    resized.weak = tiny_llama(7, vocab=96, hidden=16, layers=1)  # retrained at another size, same name
+    assert resized.names == trio.names and costs._path(resized, 200, costs.ROLES) != path
+    lookup = tiny_trio("perturbed", "ngram")                     # no tensors at all: still a key
+    assert costs._path(lookup, 200, costs.ROLES) != path
 
 
 def test_live_curve_scales_the_profile_by_measured_verifications():

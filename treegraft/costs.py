@@ -6,7 +6,7 @@ repeats (every q once per round, so a busy neighbour slows all q alike). Every q
 not interpolated: CPU kernels work in blocks of rows (oneDNN's fp32 kernels take 6 at a time on
 AVX-512), so a forward can cost the same from 1 to 6 tokens and jump at 7, a step that a grid of
 powers of two draws as a slope from 4 to 8. Cached per
-machine, models, device, dtype and kernels in TREEGRAFT_HOME/profiles/: `profile` prints it, the
+machine, models (their names and tensor shapes), device, dtype and kernels in TREEGRAFT_HOME/profiles/: `profile` prints it, the
 hardware-aware budget (treegraft.budget) reads the target's curve.
 """
 
@@ -35,9 +35,18 @@ ROLES = ("target", "weak", "strong")
 CURVE_REPEATS = 5
 
 
+def _shapes(model) -> str:
+    """What a forward's cost follows: every tensor's name, shape and dtype, not the values in it."""
+    tensors = [*model.named_parameters(), *model.named_buffers()] if isinstance(model, torch.nn.Module) else []
+    spec = [(name, list(t.shape), str(t.dtype)) for name, t in tensors]
+    return hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:16]
+
+
 def _path(trio: Trio, context: int, roles) -> Path:
+    # Names alone would hand a drafter retrained at the same path, at another size, its old costs.
     # platform.processor() is empty on most Linux machines: the class keeps AVX2 and AVX-512 curves apart
-    what = json.dumps([trio.names, str(trio.device), str(trio.dtype), trio.kernels, platform.processor(),
+    what = json.dumps([trio.names, [_shapes(m) for m in (trio.target, trio.weak, trio.strong)],
+                       str(trio.device), str(trio.dtype), trio.kernels, platform.processor(),
                        platform.machine(), torch.__version__, torch.get_num_threads(), context, list(roles),
                        hardware_class(trio.device)]
                       + ([pad_table([trio.target, trio.weak, trio.strong])] if trio.kernels == "packed" else []),
