@@ -470,3 +470,21 @@ def test_a_run_records_the_class_of_machine_it_was_measured_on(full_run):
     cfg = json.loads((full_run / "config.json").read_text())
     assert cfg["hardware"] == hardware_class("cpu") and cfg["hardware"].startswith("cpu")
     assert hardware_class("cuda") == "cuda"
+
+
+def test_hindsight_curve_reads_committed_steps_and_hindsight_bounds_the_classifier(tmp_path, monkeypatch):
+    """scripts/hindsight_curve.py on the committed weak+strong oracle steps: the .gz and the plain file
+    read alike, and hindsight's best set of calls per step is at least the best fixed policy and at
+    least what the out-of-fold classifier replays to (it chooses among the same calls)."""
+    monkeypatch.syspath_prepend("scripts")  # it imports hindsight_gap, its neighbour
+    spec = importlib.util.spec_from_file_location("hindsight_curve", "scripts/hindsight_curve.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    gz = Path("docs/bench/hindsight-curve/smollm2__weak_strong.oracle-steps.jsonl.gz")
+    rows = mod.read_rows(gz)
+    plain = tmp_path / "steps.jsonl"
+    plain.write_text("".join(json.dumps(r) + "\n" for r in rows[:50]))
+    assert mod.read_rows(plain) == rows[:50]
+    first = list(dict.fromkeys(r["prompt_id"] for r in rows))[:12]
+    feats, best = mod.ratios([r for r in rows if r["prompt_id"] in first])
+    assert best >= 1.0 and best >= feats > 0.5
