@@ -10,29 +10,21 @@ or always) and against hindsight's best set of calls per step.
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from a clone
-from hindsight_gap import out_of_fold  # noqa: E402
-from treegraft.scheduler_train import Branches, fit_cost_model, hindsight, one_time_costs  # noqa: E402
-
-
-def read_rows(path: Path) -> list[dict]:
-    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+from hindsight_gap import analyse_rows  # noqa: E402
+from treegraft.bench.prompts import read_jsonl  # noqa: E402
 
 
 def ratios(rows: list[dict]) -> tuple[float, float]:
     """(features out of fold, per-step hindsight), each over the better of never and always."""
-    cm, pre = fit_cost_model(rows), one_time_costs(rows)
-    b, step = Branches(rows, cm), hindsight(rows, cm, pre)
-    best = max(b.rate(np.zeros(len(rows), bool), pre), b.rate(np.ones(len(rows), bool), pre))
-    return b.rate(out_of_fold(rows, cm, pre, step), pre) / best, b.rate(step, pre) / best
+    tps = analyse_rows(rows)["tps"]
+    best = max(tps["never"], tps["always"])
+    return tps["features (out of fold)"] / best, tps["per step"] / best
 
 
 def main() -> None:
@@ -40,7 +32,7 @@ def main() -> None:
     ap.add_argument("steps", type=Path, help="oracle-steps.jsonl(.gz) from `scheduler collect`")
     ap.add_argument("--sizes", default="18,30,45", help="prompt counts to subsample (all prompts are added)")
     a = ap.parse_args()
-    rows = read_rows(a.steps)
+    rows = read_jsonl(a.steps)
     prompts = list(dict.fromkeys(r["prompt_id"] for r in rows))
     sizes = sorted({int(n) for n in a.sizes.split(",") if 0 < int(n) < len(prompts)}) + [len(prompts)]
     rng = np.random.default_rng(0)

@@ -22,14 +22,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 from sklearn.ensemble import GradientBoostingClassifier
 from sklearn.model_selection import GroupKFold
 
-from treegraft.schedule import FEATURES, WhenEmpty, WhenUnsure
-from treegraft.scheduler_train import Branches, fit_cost_model, hindsight, hindsight_per_prompt, one_time_costs
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from a clone
+from treegraft.schedule import FEATURES, WhenEmpty, WhenUnsure  # noqa: E402
+from treegraft.scheduler_train import (Branches, fit_cost_model, hindsight, hindsight_per_prompt,  # noqa: E402
+                                       one_time_costs)
 
 
 def plays(policy, rows: list[dict]) -> np.ndarray:
@@ -53,7 +56,10 @@ def out_of_fold(rows: list[dict], cm: dict, pre: dict, labels: np.ndarray) -> np
 
 
 def analyse(path: Path) -> dict:
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return analyse_rows([json.loads(line) for line in path.read_text().splitlines() if line.strip()])
+
+
+def analyse_rows(rows: list[dict]) -> dict:
     cm, pre = fit_cost_model(rows), one_time_costs(rows)
     b, step = Branches(rows, cm), hindsight(rows, cm, pre)
     tps = {"never": b.rate(np.zeros(len(rows), bool), pre), "always": b.rate(np.ones(len(rows), bool), pre),

@@ -481,10 +481,10 @@ def test_hindsight_curve_reads_committed_steps_and_hindsight_bounds_the_classifi
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     gz = Path("docs/bench/hindsight-curve/smollm2__weak_strong.oracle-steps.jsonl.gz")
-    rows = mod.read_rows(gz)
+    rows = mod.read_jsonl(gz)
     plain = tmp_path / "steps.jsonl"
     plain.write_text("".join(json.dumps(r) + "\n" for r in rows[:50]))
-    assert mod.read_rows(plain) == rows[:50]
+    assert mod.read_jsonl(plain) == rows[:50]
     first = list(dict.fromkeys(r["prompt_id"] for r in rows))[:12]
     feats, best = mod.ratios([r for r in rows if r["prompt_id"] in first])
     assert best >= 1.0 and best >= feats > 0.5
