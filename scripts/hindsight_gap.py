@@ -39,10 +39,12 @@ def plays(policy, rows: list[dict]) -> np.ndarray:
     return np.array([policy.decide(r["features"], r["step"]).call for r in rows], bool)
 
 
-def out_of_fold(rows: list[dict], cm: dict, pre: dict, labels: np.ndarray) -> np.ndarray:
+def out_of_fold(rows: list[dict], cm: dict, pre: dict, labels: np.ndarray, drop: tuple[str, ...] = ()) -> np.ndarray:
     b = Branches(rows, cm)
     prompt = b.prompt
-    X = np.array([[r["features"][f] for f in FEATURES] for r in rows], float)
+    # Steps collected before a feature existed lack it; `drop` leaves features out, to see what they add.
+    names = [f for f in FEATURES if f in rows[0]["features"] and f not in drop]
+    X = np.array([[r["features"][f] for f in names] for r in rows], float)
     rate = b.rate(labels, pre)
     weight = np.abs((b.a1 - b.a0) - rate * (b.c[:, 1] - b.c[:, 0])) + 1e-6
     calls = np.zeros(len(rows), bool)
@@ -59,13 +61,13 @@ def analyse(path: Path) -> dict:
     return analyse_rows([json.loads(line) for line in path.read_text().splitlines() if line.strip()])
 
 
-def analyse_rows(rows: list[dict]) -> dict:
+def analyse_rows(rows: list[dict], drop: tuple[str, ...] = ()) -> dict:
     cm, pre = fit_cost_model(rows), one_time_costs(rows)
     b, step = Branches(rows, cm), hindsight(rows, cm, pre)
     tps = {"never": b.rate(np.zeros(len(rows), bool), pre), "always": b.rate(np.ones(len(rows), bool), pre),
            "when-empty": b.rate(plays(WhenEmpty(), rows), pre), "when-unsure": b.rate(plays(WhenUnsure(2.0), rows), pre),
            "per prompt": b.rate(hindsight_per_prompt(rows, cm, pre), pre),
-           "features (out of fold)": b.rate(out_of_fold(rows, cm, pre, step), pre),
+           "features (out of fold)": b.rate(out_of_fold(rows, cm, pre, step, drop), pre),
            "per step": b.rate(step, pre)}
     d = np.array([r["a1"] - r["a0"] for r in rows])
     return {"steps": len(rows), "prompts": len({r["prompt_id"] for r in rows}), "tps": tps,

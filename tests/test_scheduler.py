@@ -351,10 +351,38 @@ def test_compare_runs_through_the_bench_runner(tmp_path):
     assert (df.groupby("prompt_id")["output_sha1"].nunique() == 1).all()  # every method: the same tokens
 
 
+@pytest.mark.parametrize("policy", ["always", "oracle"])
+def test_the_targets_own_sureness_at_the_last_step_is_the_next_decisions_feature(policy):
+    """target_top1 / target_sure: the target's top-1 probability at the last step's bonus row and its mean
+    along the accepted path, read off the verification; checked against a plain forward of the target
+    over the text so far (the oracle's must be its kept branch's)."""
+    trio = tiny_trio("random", "perturbed")
+    prompt = [5, 17, 33, 2, 9]
+    engine = Engine(trio, GenConfig(method="treegraft", policy=policy, max_new_tokens=16, budget=8, depth=4, topk=3))
+    records = list(engine.generate(prompt))
+    assert records[0].decision["features"]["target_top1"] == 0.0  # nothing verified yet
+    with torch.no_grad():
+        top1 = torch.softmax(trio.target(ids(prompt + engine.new_tokens)).logits[0].float(), -1).amax(-1)
+    before = len(prompt) - 1  # the row that predicts the step's first new token
+    for rec, nxt in zip(records, records[1:]):
+        rows = top1[before:before + len(rec.new_tokens)].tolist()
+        feats = nxt.decision["features"]
+        assert feats["target_top1"] == pytest.approx(rows[-1], abs=1e-4)
+        assert feats["target_sure"] == pytest.approx(sum(rows) / len(rows), abs=1e-4)
+        assert 0 < feats["target_top1"] <= 1
+        before += len(rec.new_tokens)
+    assert any(len(r.new_tokens) > 1 for r in records[:-1])  # paths longer than the bonus were checked
+    ar = Engine(trio, GenConfig(method="ar", max_new_tokens=4))
+    list(ar.generate(prompt))
+    assert ar.history.target_conf == []  # only treegraft's scheduler reads it, so only treegraft pays
+
+
 def test_features_are_the_scheduler_inputs_in_order():
     from treegraft.schedule import features
     from treegraft.tree import DraftTree
     assert tuple(features(DraftTree(), History(), depth=6)) == FEATURES + COSTS
+    from treegraft.viz import FEATURE_UNITS
+    assert set(FEATURES + COSTS) <= set(FEATURE_UNITS)  # the app labels every panel with its unit
 
 
 @pytest.mark.parametrize("arm", ["solo", "never", "always", "when-empty", "when-unsure", "when-matched",
@@ -509,6 +537,11 @@ def test_scheduler_figures_mark_solo_steps_apart():
     features = viz.features_figure(records)
     assert features.layout.meta["solo_steps"] == sum(solo)
     assert [m == "star" for m in features.data[0].marker.symbol] == solo
+    # Every panel keeps its height however many features there are (a fraction-of-height spacing once
+    # squashed six rows into a tenth of the figure).
+    panels = [features.layout[k].domain for k in features.layout if k.startswith("yaxis")]
+    area = features.layout.height - features.layout.margin.t - features.layout.margin.b
+    assert len(panels) >= 24 and min((d[1] - d[0]) * area for d in panels) >= 100
     # Without solo steps the chart keeps its two rows and says nothing of the strong tree.
     plain = list(Engine(trio, GenConfig(method="treegraft", policy="when-unsure", unsure=2.5, max_new_tokens=30,
                                         budget=12, depth=4, topk=3)).generate(prompt))

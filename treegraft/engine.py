@@ -21,7 +21,7 @@ from .record import StepRecord
 from .schedule import Decision, History, Policy, features, make_policy, scheduler_for
 from .tree import DraftTree, select
 from .vocab import admit
-from .verify import accept_greedy, accept_sample, target_probs
+from .verify import accept_greedy, accept_sample, path_confidence, target_probs
 
 METHODS = ("ar", "tree-weak", "tree-strong", "treegraft")
 LIMITS = {"budget": (1, 512), "depth": (1, 32), "topk": (1, 64), "max_new_tokens": (1, 100_000)}
@@ -183,7 +183,8 @@ class Engine:
             self.snap(rec, "selected", tree)
         logits, _ = self.verify(tree, selected, clock)
         path, bonus = self.accept(tree, selected, logits)
-        return self.finish(rec, decision, tree, selected, path, bonus, clock, fw0)
+        return self.finish(rec, decision, tree, selected, path, bonus, clock, fw0,
+                           self.confidence(logits, selected, path))
 
     def pool(self, rec: StepRecord, depth: int, clock: Clock) -> tuple[DraftTree, Decision | None]:
         """The step's first tree and the scheduler's decision on it: the weak pool, or the strong
@@ -277,7 +278,12 @@ class Engine:
         probs = target_probs(logits, self.cfg.temperature, self.cfg.top_p)
         return accept_sample(tree, selected, probs, self.generator)
 
-    def finish(self, rec, decision, tree, selected, path, bonus, clock, fw0) -> StepRecord:
+    def confidence(self, logits: torch.Tensor, selected: list[int], path: list[int]) -> list[float]:
+        """The target's sureness along the accepted path, for the scheduler's next decision (so only
+        treegraft pays for it)."""
+        return path_confidence(logits, selected, path) if self.cfg.method == "treegraft" else []
+
+    def finish(self, rec, decision, tree, selected, path, bonus, clock, fw0, confidence) -> StepRecord:
         spent = clock.elapsed()
         for r in (self.target, self.weak, self.strong):
             r.commit(path)
@@ -299,6 +305,7 @@ class Engine:
         self.history.accept_lens.append(rec.accept_len)
         self.history.strong_calls.append(rec.strong_called)
         self.history.position = len(self.new_tokens)
+        self.history.target_conf = confidence
         self.remember(rec, decision, tree, path, spent)
         self.records.append(rec)
         return rec
@@ -393,7 +400,8 @@ class Engine:
         decision.oracle["extra_s"] = extra
         decision.oracle["kept_verify_s"] = charged
         decision.oracle["kept_s"] = (c1 - strong.verify_s if use_strong else c0 - plain.verify_s) + charged
-        return self.finish(rec, decision, kept.tree, kept.selected, kept.path, kept.bonus, clock, fw0)
+        return self.finish(rec, decision, kept.tree, kept.selected, kept.path, kept.bonus, clock, fw0,
+                           kept.confidence)
 
     def run_branch(self, tree: DraftTree, depth: int, clock: Clock, rec: StepRecord | None = None) -> "Branch":
         """Select, verify and accept on `tree` from the current state (the oracle plays two)."""
@@ -402,7 +410,8 @@ class Engine:
             self.snap(rec, "selected", tree)
         logits, verify_s = self.verify(tree, selected, clock)
         path, bonus = self.accept(tree, selected, logits)
-        return Branch(tree, selected, path, bonus, verify_s, self.generator.get_state())
+        return Branch(tree, selected, path, bonus, verify_s, self.generator.get_state(),
+                      self.confidence(logits, selected, path))
 
     def rewind(self, mark, rng_state) -> None:
         """Back to a state before verification: the target's cache and the random stream."""
@@ -424,3 +433,4 @@ class Branch:
     bonus: int
     verify_s: float
     rng_after: torch.Tensor  # the random stream after its acceptance
+    confidence: list[float]  # path_confidence of its verification

@@ -26,7 +26,9 @@ FEATURES = ("root_top1", "root_entropy", "pool_mass_top16", "best_value", "confi
             "recent_accept", "recent_strong_gain", "position",
             # the weak pool by depth, what it is expected to buy, and what recent strong calls bought
             "weak_nodes", "mass_depth1", "mass_depth2", "mass_deep", "weak_expected",
-            "recent_strong_tokens", "steps_since_call")
+            "recent_strong_tokens", "steps_since_call",
+            # how sure the target itself was at the last step: of the token this tree grows from, and along its path
+            "target_top1", "target_sure")
 # What this device and this generation say (recorded beside the features, never a model input): the
 # weak tree's budget N0, the expected seconds of the step without a strong call (c0_s), a target forward
 # over one token (t1_s), the extra seconds recent strong calls cost (strong_s) and the tokens they added
@@ -57,6 +59,7 @@ class History:
     strong_tokens: list[int] = field(default_factory=list)    # per strong call: accepted nodes it made
     strong_extra_s: list[float] = field(default_factory=list)  # per strong call: seconds beyond c0_s
     gains: list[float] = field(default_factory=list)           # per strong call: accepted tokens - expected a0
+    target_conf: list[float] = field(default_factory=list)     # the last step's verify.path_confidence
     tokens: int = 0                                            # this generation so far
     seconds: float = 0.0
 
@@ -104,6 +107,8 @@ def features(tree: DraftTree, history: History, depth: int, curve: dict | None =
         "weak_expected": 1.0 + sum(math.exp(v) for v in values[:n0]),
         "recent_strong_tokens": mean(history.strong_tokens[-4:]),
         "steps_since_call": math.log1p(since),
+        "target_top1": history.target_conf[-1] if history.target_conf else 0.0,
+        "target_sure": mean(history.target_conf),
         "weak_n": n0, "c0_s": c0, "t1_s": t1, "strong_s": mean(history.strong_extra_s[-4:]),
         "recent_gain": mean(history.gains[-4:]), "calls_seen": min(4, len(history.gains)),
         "rate_so_far": history.tokens / history.seconds if history.seconds > 0 else 0.0,

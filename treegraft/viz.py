@@ -677,7 +677,11 @@ FEATURE_UNITS = {"root_top1": "probability", "root_entropy": "nats", "pool_mass_
                  "recent_strong_tokens": "tokens", "steps_since_call": "log(1 + steps)", "weak_n": "nodes",
                  "c0_s": "s", "t1_s": "s", "strong_s": "s", "recent_gain": "tokens", "calls_seen": "calls",
                  "rate_so_far": "tokens/s", "tokens_left": "tokens",
-                 "strong_match": "n-gram length (tokens)"}
+                 "strong_match": "n-gram length (tokens)",
+                 "target_top1": "probability", "target_sure": "probability"}
+
+
+FEATURE_PANEL_PX, FEATURE_GAP_PX = 110, 60  # a feature panel's height, and the room for the next one's title
 
 
 def features_figure(records: list[StepRecord]) -> go.Figure:
@@ -689,7 +693,11 @@ def features_figure(records: list[StepRecord]) -> go.Figure:
     names = sorted({k for f in feats for k in f})
     cols = 4
     rows = max(1, math.ceil(len(names) / cols))
-    fig = make_subplots(rows=rows, cols=cols, shared_xaxes=True, vertical_spacing=0.18, horizontal_spacing=0.07,
+    # Spacing is a fraction of the whole plot's height, so a fixed fraction squashes the panels as rows
+    # are added (0.18 x 5 gaps left a tenth of the height to 6 rows): sized in pixels instead.
+    area = rows * FEATURE_PANEL_PX + (rows - 1) * FEATURE_GAP_PX
+    fig = make_subplots(rows=rows, cols=cols, shared_xaxes=True, vertical_spacing=FEATURE_GAP_PX / area,
+                        horizontal_spacing=0.07,
                         subplot_titles=[f"{n} ({FEATURE_UNITS.get(n, 'value')})" for n in names] or ["no features"])
     for i, name in enumerate(names):
         # On a solo step the pool features were computed on the strong drafter's tree, not a weak pool:
@@ -705,7 +713,7 @@ def features_figure(records: list[StepRecord]) -> go.Figure:
     title = "Scheduler features per step"
     if any(solo):
         title += " (stars: a solo step, its features read on the strong drafter's tree)"
-    fig.update_layout(title=title, height=200 + 190 * rows,
+    fig.update_layout(title=title, height=area + 120,
                       meta={"kind": "features", "points": len(steps), "solo_steps": sum(solo)}, margin=dict(t=80, b=40))
     return fig
 
