@@ -25,6 +25,29 @@ def latest_results() -> str:
     return str(SHIPPED) if (SHIPPED / "results.csv").is_file() else ""
 
 
+def committed() -> list[str]:
+    """Every benchmark committed under docs/bench (the shipped trio's first), as paths from the repo root:
+    the runs the README's tables quote, one pair of drafters per directory."""
+    found = sorted(str(p.parent.relative_to(ROOT)) for p in (ROOT / "docs" / "bench").glob("**/results.csv"))
+    shipped = str(SHIPPED.relative_to(ROOT))
+    return sorted(found, key=lambda d: d != shipped)
+
+
+def pick_committed() -> None:
+    """A committed run picked from the list goes into the directory box (which stays free to edit)."""
+    picked = st.session_state["bench_pick"]
+    if picked != NONE:
+        st.session_state["saved_bench_dir"] = str(ROOT / picked)
+
+
+def typed() -> None:
+    ui.save("bench_dir")
+    st.session_state["bench_pick"] = NONE  # the list no longer names what is shown
+
+
+NONE = "(the directory typed below)"
+
+
 def show(path: str) -> None:
     results, summary = viz.read_bench_dir(path)
     st.success(f"{len(results)} result rows: {results['method'].nunique()} methods, "
@@ -81,8 +104,11 @@ def main() -> None:
              "HumanEval, Natural Questions, XSum, translation and math word problems), then open it here.")
     s = ui.settings_sidebar("bench")
     run_small(s)
+    st.selectbox("Committed benchmarks (the runs the README quotes; type to search, e.g. 'epyc-fast')",
+                 [NONE, *committed()], key="bench_pick", on_change=pick_committed,
+                 help="docs/bench/<run>/<trio>__<weak>_<strong>: each directory is one pair of drafters")
     path = st.text_input("Results directory (holds results.csv and, optionally, summary.csv)",
-                         **ui.bind("bench_dir", latest_results()))
+                         **(ui.bind("bench_dir", latest_results()) | {"on_change": typed, "args": ()}))
     if not path.strip():
         st.info("Enter a results directory to see its tables and charts.")
         return

@@ -257,6 +257,21 @@ def test_benchmarks_page_opens_a_results_directory(tmp_path):
     assert not at.exception and at.error
 
 
+def test_benchmarks_page_lists_the_committed_runs_and_opens_the_one_picked():
+    at = AppTest.from_file(str(ROOT / PAGES[1]), default_timeout=TIMEOUT).run()
+    options = at.selectbox(key="bench_pick").options
+    committed = {str(p.parent.relative_to(ROOT)) for p in (ROOT / "docs" / "bench").glob("**/results.csv")}
+    assert options[1] == "docs/bench/current" and set(options[1:]) == committed and len(committed) > 100
+    picked = "docs/bench/epyc-fast/qwen-coder__ngram_qwen-0.5b"
+    at.selectbox(key="bench_pick").set_value(picked).run()
+    clean(at)
+    assert at.text_input(key="bench_dir").value == str(ROOT / picked)
+    tps = figures(at)["bench:tokens_per_s"][0]
+    assert {t["name"] for t in tps["data"] if t.get("meta") == "points"} >= {"ar", "treegraft:learned", "assisted"}
+    at.text_input(key="bench_dir").set_value(str(ROOT / "docs" / "bench" / "current")).run()
+    assert at.selectbox(key="bench_pick").value == options[0]  # typing a directory clears the pick
+
+
 def test_benchmarks_page_runs_a_small_benchmark(tmp_path):
     from treegraft.bench.prompts import PromptSetError, package_file
     try:
