@@ -52,6 +52,8 @@ def show(path: str) -> None:
     results, summary = viz.read_bench_dir(path)
     st.success(f"{len(results)} result rows: {results['method'].nunique()} methods, "
                f"{results['category'].nunique()} categories")
+    line = viz.bench_config_line(path)
+    st.caption(f"Measured with: {line}." if line else "No config.json here: the models and settings are not recorded.")
     if summary is not None:
         st.subheader("summary.csv")
         st.dataframe(summary, hide_index=True)

@@ -231,6 +231,8 @@ def test_benchmarks_page_opens_a_results_directory(tmp_path):
     assert not at.exception and "not a directory" in at.error[0].value
     at.text_input(key="bench_dir").set_value(str(tmp_path)).run()
     assert not at.exception and "has no results.csv" in at.error[0].value
+    (tmp_path / "config.json").write_text("{not json")
+    assert viz.bench_config_line(tmp_path) is None  # a broken config is skipped, not raised
     # A results.csv with the bench's columns (test data: the page must plot whatever it is given).
     rows = ["prompt_id,category,method,new_tokens,target_forwards,tau,wall_s,tokens_per_s,speedup_vs_ar,"
             "strong_calls,mean_tree_size"]
@@ -266,6 +268,8 @@ def test_benchmarks_page_lists_the_committed_runs_and_opens_the_one_picked():
     at.selectbox(key="bench_pick").set_value(picked).run()
     clean(at)
     assert at.text_input(key="bench_dir").value == str(ROOT / picked)
+    said = next(c.value for c in at.caption if c.value.startswith("Measured with:"))
+    assert "Qwen2.5-Coder-1.5B" in said and "ngram" in said and "cpu-avx512" in said and "12 prompts x 32 new tokens" in said
     tps = figures(at)["bench:tokens_per_s"][0]
     assert {t["name"] for t in tps["data"] if t.get("meta") == "points"} >= {"ar", "treegraft:learned", "assisted"}
     at.text_input(key="bench_dir").set_value(str(ROOT / "docs" / "bench" / "current")).run()

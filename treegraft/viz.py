@@ -17,6 +17,7 @@ that tests and the browser can find and count points without guessing:
 from __future__ import annotations
 
 import html
+import json
 import math
 from pathlib import Path
 from typing import Callable, Iterable
@@ -759,6 +760,33 @@ def read_bench_dir(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame | None]
     if missing:
         raise ValueError(f"{p / 'results.csv'} lacks the columns {sorted(missing)}")
     return results, summary
+
+
+def bench_config_line(path: str | Path) -> str | None:
+    """What a results directory measured, from its config.json: models, machine, and the settings
+    that move the numbers; None without a config. Older runs lack some keys: those are left out."""
+    cfg_path = Path(str(path)).expanduser() / "config.json"
+    if not cfg_path.is_file():
+        return None
+    try:
+        cfg = json.loads(cfg_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    if not isinstance(cfg, dict):
+        return None
+    models, gen = cfg.get("models") or {}, cfg.get("gen") or {}
+    parts = [", ".join(f"{role} {models[role]}" for role in ("target", "weak", "strong") if role in models)]
+    parts.append(" / ".join(str(cfg[k]) for k in ("hardware", "dtype", "kernels") if cfg.get(k))
+                 + (f", {cfg['threads']} threads" if cfg.get("threads") else "")
+                 + (f", torch {cfg['torch']}" if cfg.get("torch") else ""))
+    size = [f"{cfg['prompts']} prompts" if cfg.get("prompts") else "",
+            f"{gen['max_new_tokens']} new tokens" if gen.get("max_new_tokens") else "",
+            f"{cfg['repeats']} rounds" if (cfg.get("repeats") or 1) > 1 else ""]
+    parts.append(" x ".join(x for x in size[:2] if x) + (f", {size[2]}" if size[2] else ""))
+    if gen:
+        budget = f"budget auto (at most {gen.get('budget')})" if gen.get("auto_budget") else f"budget {gen.get('budget')}"
+        parts.append(f"{budget}, depth {gen.get('depth')}, top-k {gen.get('topk')}, temperature {gen.get('temperature')}")
+    return "; ".join(p for p in parts if p)
 
 
 def bench_table(results: pd.DataFrame) -> pd.DataFrame:
