@@ -26,8 +26,8 @@ def target_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -
 def path_confidence(logits: torch.Tensor, selected: list[int], path: list[int]) -> list[float]:
     """The target's top-1 probability on each row it read along the accepted path, the root's first
     and the bonus token's last: how sure the target was of what it just emitted. It comes free with
-    the verification and says how predictable the text is here, which the drafters' own scores
-    (on another scale, and overconfident) may not."""
+    the verification and says how predictable the text is here, on the target's own scale rather
+    than a drafter's."""
     row = {i: 1 + j for j, i in enumerate(selected)}
     rows = [0] + [row[i] for i in path]
     return torch.softmax(logits[rows].float(), dim=-1).amax(dim=-1).tolist()
