@@ -301,7 +301,8 @@ def test_cut_step_arithmetic_and_no_stale_tree_after_an_invalid_setting(browser_
     page.get_by_text("budget must be an integer in [1, 512], got 0").first.wait_for()
     assert not tree_on_screen(page) and page.get_by_text("Step 0:").count() == 0
     page.get_by_role("button", name="Step", exact=True).click()
-    idle(page)
+    page.wait_for_timeout(1500)  # as in set_number: the rerun must start before "idle" means anything, and a
+    idle(page)                   # setting changed while it still runs would race it (once seen stuck "running")
     assert not tree_on_screen(page)
     set_number(page, "Budget N (tree nodes sent to the target)", BUDGET)  # valid again: the run is back
     page.wait_for_function("() => Array.from(document.querySelectorAll('.js-plotly-plot')).some("
