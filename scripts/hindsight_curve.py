@@ -21,11 +21,19 @@ from hindsight_gap import analyse_rows  # noqa: E402
 from treegraft.bench.prompts import read_jsonl  # noqa: E402
 
 
-def ratios(rows: list[dict], drop: tuple[str, ...] = ()) -> tuple[float, float]:
-    """(features out of fold, per-step hindsight), each over the better of never and always."""
+def scores(rows: list[dict], drop: tuple[str, ...] = ()) -> dict:
+    """The classifier (and, with `drop`, the classifier without those features) and per-step hindsight,
+    each over the better of never and always; one replay for all three."""
     tps = analyse_rows(rows, drop)["tps"]
     best = max(tps["never"], tps["always"])
-    return tps["features (out of fold)"] / best, tps["per step"] / best
+    return {"with": tps["features (out of fold)"] / best, "hindsight": tps["per step"] / best,
+            "without": tps["features without dropped"] / best if drop else None}
+
+
+def ratios(rows: list[dict]) -> tuple[float, float]:
+    """(features out of fold, per-step hindsight), each over the better of never and always."""
+    s = scores(rows)
+    return s["with"], s["hindsight"]
 
 
 def keep_rows(rows: list[dict], prompts: set) -> list[dict]:
@@ -52,12 +60,12 @@ def main() -> None:
     for n in sizes:
         draws = [set(prompts)] if n == len(prompts) else [set(rng.choice(prompts, n, replace=False).tolist())
                                                           for _ in range(3)]
-        got = [ratios(keep_rows(rows, keep)) for keep in draws]
+        got = [scores(keep_rows(rows, keep), drop) for keep in draws]
         steps = round(np.mean([sum(r["prompt_id"] in keep for r in rows) for keep in draws]))
-        feats = [g[0] for g in got]
-        less = f" {np.mean([ratios(keep_rows(rows, keep), drop)[0] for keep in draws]):.3f} |" if drop else ""
+        feats = [g["with"] for g in got]
+        less = f" {np.mean([g['without'] for g in got]):.3f} |" if drop else ""
         print(f"| {n} ({steps}) | {', '.join(f'{f:.3f}' for f in feats)} | {np.mean(feats):.3f} |{less} "
-              f"{np.mean([g[1] for g in got]):.3f} |")
+              f"{np.mean([g['hindsight'] for g in got]):.3f} |")
     if drop:
         print()
         print(by_quartile(rows, drop))

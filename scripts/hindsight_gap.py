@@ -62,13 +62,16 @@ def analyse(path: Path) -> dict:
 
 
 def analyse_rows(rows: list[dict], drop: tuple[str, ...] = ()) -> dict:
+    """The replayed rates; with `drop`, also the classifier without those features (same steps, same labels)."""
     cm, pre = fit_cost_model(rows), one_time_costs(rows)
     b, step = Branches(rows, cm), hindsight(rows, cm, pre)
     tps = {"never": b.rate(np.zeros(len(rows), bool), pre), "always": b.rate(np.ones(len(rows), bool), pre),
            "when-empty": b.rate(plays(WhenEmpty(), rows), pre), "when-unsure": b.rate(plays(WhenUnsure(2.0), rows), pre),
            "per prompt": b.rate(hindsight_per_prompt(rows, cm, pre), pre),
-           "features (out of fold)": b.rate(out_of_fold(rows, cm, pre, step, drop), pre),
+           "features (out of fold)": b.rate(out_of_fold(rows, cm, pre, step), pre),
            "per step": b.rate(step, pre)}
+    if drop:
+        tps["features without dropped"] = b.rate(out_of_fold(rows, cm, pre, step, drop), pre)
     d = np.array([r["a1"] - r["a0"] for r in rows])
     return {"steps": len(rows), "prompts": len({r["prompt_id"] for r in rows}), "tps": tps,
             "adds": float((d > 0).mean()), "same": float((d == 0).mean()), "loses": float((d < 0).mean()),
