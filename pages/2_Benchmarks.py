@@ -57,8 +57,9 @@ def show(path: str) -> None:
     if summary is not None:
         st.subheader("summary.csv")
         st.dataframe(summary, hide_index=True)
-    st.caption("Speedup = wall time of ar / wall time of the method on the same prompt, methods interleaved prompt "
-               "by prompt; tau (tokens per target forward) does not depend on the machine or its load. Colours match "
+    st.caption("Speedup = the method's tokens/s over ar's on the same prompt (for greedy runs, ar's wall time over "
+               "the method's), methods interleaved prompt by prompt; under sampling there is no identity with ar to "
+               "check, so that chart is left out; tau (tokens per target forward) does not depend on the machine or its load. Colours match "
                "the Step through page: one colour per method everywhere.")
     st.subheader("Mean per category and method")
     st.dataframe(viz.bench_table(results), hide_index=True)

@@ -107,6 +107,29 @@ def test_repeats_keep_the_median_round_and_refuse_a_mixed_resume(trio, tmp_path)
         run_bench(trio, PROMPTS[:2], methods, CFG, tmp_path / "x", warmup=False, repeats=0)
 
 
+def test_sampled_rows_compare_per_token_and_claim_no_match(trio, tmp_path):
+    """Under sampling each method draws its own sample: matches_ar is left empty rather than 0 or 1,
+    and the speedup compares tokens per second, so a sample that stops at another length is not
+    credited (or charged) for the tokens it did not generate."""
+    from treegraft.bench.run import ArRow, make_row
+    stats = {"token_ids": [1] * 10, "wall_s": 2.0, "target_forwards": 5, "accept_lens": [2] * 5, "phases": {},
+             **dict.fromkeys(("strong_calls", "mean_tree_size", "target_calls", "weak_forwards",
+                              "strong_forwards", "oracle_extra_s"), 0)}
+    m = parse_methods("tree-weak", "always")[0]
+    row = make_row(PROMPTS[0], m, stats, 5, ArRow(wall_s=4.0, new_tokens=40, output_sha1="x"), sampled=True)
+    assert row["speedup_vs_ar"] == pytest.approx((10 / 2.0) / (40 / 4.0))  # 0.5, not ar's wall / this wall = 2
+    assert row["matches_ar"] is None
+    assert make_row(PROMPTS[0], m, stats, 5, ArRow(4.0, 10, "x"))["matches_ar"] == 0  # greedy: a real check
+
+    cfg = GenConfig(max_new_tokens=12, budget=8, depth=3, topk=2, temperature=1.0, seed=3)
+    run_bench(trio, PROMPTS[:2], ["ar", "tree-weak", "treegraft:always"], cfg, tmp_path, warmup=False)
+    df, summary = load_results(tmp_path)
+    assert df["matches_ar"].isna().all() and summary["matches_ar"].isna().all()
+    for pid, g in df.groupby("prompt_id"):
+        ar_rate = float(g[g["method"] == "ar"]["tokens_per_s"].iloc[0])
+        assert g["speedup_vs_ar"].to_numpy() == pytest.approx(g["tokens_per_s"].to_numpy() / ar_rate)
+
+
 def test_rounds_rotate_every_method_but_ar_through_every_place(trio, tmp_path, monkeypatch):
     """Interleaved rounds: ar opens each round, and the others shift by one place a round, so over
     as many rounds as there are of them each method holds every place once."""

@@ -803,7 +803,7 @@ def bench_figures(results: pd.DataFrame) -> list[go.Figure]:
     table = bench_table(results)
     figs = []
     for col, label in BENCH_METRICS.items():
-        if col not in table.columns:
+        if col not in table.columns or table[col].isna().all():  # matches_ar of a sampled run: no check to show
             continue
         fig = go.Figure()
         for method, rows in table.groupby("method", sort=False):

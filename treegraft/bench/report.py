@@ -68,8 +68,8 @@ def write_report(out: Path, df: pd.DataFrame, summary: pd.DataFrame, config: dic
     overall = summary[summary["level"] == "all"].drop(columns=["level", "group"])
     head = (f"<h1>TreeGraft benchmark</h1><p>models: {html.escape(str(config.get('models')))}; "
             f"device {html.escape(str(config.get('device')))}, {html.escape(str(config.get('dtype')))}; "
-            f"{len(df)} rows. tau = new tokens / target forwards; speedup = wall time of ar / wall time "
-            f"of the method on the same prompt.</p>")
+            f"{len(df)} rows. tau = new tokens / target forwards; speedup = the method's tokens/s over "
+            f"ar's on the same prompt (greedy outputs are identical, so: ar's wall time over the method's).</p>")
     table = overall.to_html(index=False, float_format=lambda v: f"{v:.3g}")
     body = head + table + "".join(parts)
     path = Path(out) / REPORT
