@@ -10,6 +10,7 @@
 # DRAFT_VOCAB=8192 cuts every drafter's full head to the target's 8192 most frequent tokens (--draft-vocab;
 # unset: the trio's default, 0: full heads); DRAFT_VOCAB_PROMPT=0 leaves each prompt's own tokens out of the cut heads.
 # DTYPE=bfloat16 runs every model in bf16 (default float32, the dtype lossless is asserted in; auto: the machine's).
+# TEMPERATURE=0.7 samples (default 0, greedy; top-p 1, seed 0): matches_ar is then empty, each method draws its own sample.
 set -euo pipefail
 root=${1:?usage: bench_pairs.sh OUT [prompts per set]}; limit=${2:-1}
 py=${PYTHON:-.venv/bin/python}
@@ -21,7 +22,7 @@ run() {  # trio weak strong dir extra-methods
   [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $4 "* ]] || return 0
   echo "== $4 $(date -u +%H:%M:%S)"
   "$py" -m treegraft bench --trio "$1" --weak "$2" --strong "$3" --int8 "${INT8:-none}" ${DRAFT_VOCAB:+--draft-vocab "$DRAFT_VOCAB"} ${fixed_heads[@]+"${fixed_heads[@]}"} --suite all --limit "$limit" \
-    --max-new-tokens 32 --dtype "${DTYPE:-float32}" --threads 2 --budget auto --depth 10 --methods "$M$extra" \
+    --max-new-tokens 32 --dtype "${DTYPE:-float32}" --temperature "${TEMPERATURE:-0}" --threads 2 --budget auto --depth 10 --methods "$M$extra" \
     --repeats "${REPEATS:-1}" --out "$root/$4"
 }
 run qwen-coder ngram qwen-coder-0.5b qwen-coder__ngram_qwen-0.5b ",assisted"
