@@ -511,3 +511,29 @@ def test_hindsight_curve_reads_committed_steps_and_hindsight_bounds_the_classifi
     first = list(dict.fromkeys(r["prompt_id"] for r in rows))[:12]
     feats, best = mod.ratios([r for r in rows if r["prompt_id"] in first])
     assert best >= 1.0 and best >= feats > 0.5
+
+
+def test_sampling_table_compares_rates_not_walls(tmp_path, capsys):
+    """scripts/sampling_table.py: a sample twice as long in the same wall time is 2x `ar`, not 1x;
+    columns go in temperature order whatever order the roots are given in; a pair one root lacks
+    gets no table."""
+    spec = importlib.util.spec_from_file_location("sampling_table", "scripts/sampling_table.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    runs = {"t10": (1.0, 20, 4), "t0": (0.0, 10, 5)}  # temperature, tokens of m, its target forwards
+    for name, (t, tokens, forwards) in runs.items():
+        d = tmp_path / name / "pair"
+        d.mkdir(parents=True)
+        (d / "config.json").write_text(json.dumps({"gen": {"temperature": t}}))
+        rows = [{"prompt_id": p, "method": "ar", "new_tokens": 10, "target_forwards": 10, "wall_s": 1.0,
+                 "strong_calls": 0} for p in ("a", "b")]
+        rows += [{"prompt_id": p, "method": "treegraft:learned", "new_tokens": tokens, "target_forwards": forwards,
+                  "wall_s": 1.0, "strong_calls": 2} for p in ("a", "b")]
+        pd.DataFrame(rows).to_csv(d / "results.csv", index=False)
+    (tmp_path / "t0" / "alone").mkdir()
+    pd.DataFrame(rows).to_csv(tmp_path / "t0" / "alone" / "results.csv", index=False)
+    assert mod.main([str(tmp_path / "t10"), str(tmp_path / "t0")]) == 0
+    out = capsys.readouterr().out
+    assert "| method | T = 0: tau / x ar | T = 1: tau / x ar |" in out
+    assert "| treegraft:learned (strong calls: 40%, 50%) | 2.00 / 1.00x | 5.00 / 2.00x |" in out
+    assert "### alone" not in out and "### pair" in out
