@@ -51,7 +51,10 @@ STAGE_HELP = {
     "selected": "The top nodes by path value, ancestor-closed, within the budget, become the tree the "
                 "target verifies; the rest are pruned.",
     "verified": "One target forward checks the whole tree. The longest path the target agrees with is "
-                "accepted, plus one token of its own (the bonus).",
+                "accepted, plus one token of its own (the bonus). Greedy, it agrees with a node whose token is "
+                "its own top token there; sampling (temperature > 0), it tries a node's children in order and "
+                "accepts each with its own probability of that token, renormalised after every rejection, "
+                "which is exactly a sample of the target.",
 }
 Decode = Callable[[int], str]
 
