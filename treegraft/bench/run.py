@@ -152,13 +152,13 @@ def make_row(p: Prompt, m: Method, s: dict, prompt_len: int, ar: ArRow | None, s
     new, wall, forwards = len(s["token_ids"]), s["wall_s"], s["target_forwards"]
     sha = hashlib.sha1(" ".join(map(str, s["token_ids"])).encode()).hexdigest()[:16]
     if m.label == "ar":
-        ar = ArRow(wall, new, sha)  # ar's own row: speedup 1, matches itself
+        ar = ArRow(wall, new, sha)  # ar's own row: speedup 1; greedy, it matches itself
     rate = new / wall if wall > 0 else 0.0
     ar_rate = ar.new_tokens / ar.wall_s if ar and ar.wall_s > 0 else 0.0
     row = {"prompt_id": p.id, "suite": p.suite, "category": p.category, "method": m.label,
            "prompt_tokens": prompt_len, "new_tokens": new, "target_forwards": forwards,
            "tau": new / forwards if forwards else 0.0, "wall_s": wall, "tokens_per_s": rate,
-           "speedup_vs_ar": rate / ar_rate if ar_rate > 0 else float("nan"),
+           "speedup_vs_ar": rate / ar_rate if ar_rate > 0 and wall > 0 else float("nan"),
            "matches_ar": None if sampled or not ar else int(sha == ar.output_sha1), "output_sha1": sha,
            "accept_hist": " ".join(f"{k}:{v}" for k, v in sorted(Counter(s["accept_lens"]).items()))}
     for k in ("strong_calls", "mean_tree_size", "target_calls", "weak_forwards", "strong_forwards", "oracle_extra_s"):
