@@ -17,37 +17,34 @@ from pathlib import Path
 
 import pandas as pd
 
-
-def pooled(run: Path) -> pd.DataFrame:
-    df = pd.read_csv(run / "results.csv")
-    g = df.groupby("method", sort=False)[["new_tokens", "target_forwards", "wall_s", "strong_calls"]].sum()
-    g["tau"] = g.new_tokens / g.target_forwards
-    g["x_ar"] = (g.new_tokens / g.wall_s) / (g.loc["ar", "new_tokens"] / g.loc["ar", "wall_s"])
-    g["calls"] = g.strong_calls / g.target_forwards
-    g["prompts"] = df.groupby("method", sort=False).size()
-    return g
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from a clone
+from treegraft.bench import load_results  # noqa: E402
 
 
-def temperature(run: Path) -> float:
-    return float(json.loads((run / "config.json").read_text())["gen"]["temperature"])
+def overall(run: Path) -> tuple[float, pd.DataFrame]:
+    """(temperature, the bench's own summary over all prompts, one row per method)."""
+    t = float(json.loads((run / "config.json").read_text())["gen"]["temperature"])
+    results, summary = load_results(run)
+    g = summary[summary["level"] == "all"].set_index("method").loc[results["method"].unique()]  # the run's order
+    g["x_ar"] = g.tokens_per_s_pooled / g.loc["ar", "tokens_per_s_pooled"]  # pooled rates: lengths may differ
+    g["calls"] = g.strong_calls / g.target_forwards  # both are means over the same prompts
+    return t, g
 
 
 def pair_table(pair: str, runs: list[Path]) -> str:
-    runs = sorted(runs, key=temperature)
-    tables = [pooled(r) for r in runs]
+    temps, tables = zip(*sorted((overall(r) for r in runs), key=lambda x: x[0]))
     methods = [m for m in tables[0].index if all(m in t.index for t in tables)]
-    head = "| method | " + " | ".join(f"T = {temperature(r):g}: tau / x ar" for r in runs) + " |"
+    head = "| method | " + " | ".join(f"T = {t:g}: tau / x ar" for t in temps) + " |"
     lines = [f"### {pair}", "", head, "|---" * (len(runs) + 1) + "|"]
     for m in methods:
-        cells = [f"{t.loc[m, 'tau']:.2f} / {t.loc[m, 'x_ar']:.2f}x" for t in tables]
+        cells = [f"{t.loc[m, 'tau_pooled']:.2f} / {t.loc[m, 'x_ar']:.2f}x" for t in tables]
         label = m
         if m == "treegraft:learned":
             label += " (strong calls: " + ", ".join(f"{t.loc[m, 'calls']:.0%}" for t in tables) + ")"
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    ar = [t.loc["ar"] for t in tables]
-    lines += ["", "`ar` tokens/s: " + ", ".join(f"{a.new_tokens / a.wall_s:.2f} (T = {temperature(r):g}, "
-                                               f"{a.new_tokens / a.prompts:.1f} tokens a prompt)"
-                                               for a, r in zip(ar, runs)), ""]
+    lines += ["", "`ar` tokens/s: " + ", ".join(f"{t.loc['ar', 'tokens_per_s_pooled']:.2f} (T = {temp:g}, "
+                                               f"{t.loc['ar', 'new_tokens']:.1f} tokens a prompt)"
+                                               for temp, t in zip(temps, tables)), ""]
     return "\n".join(lines)
 
 

@@ -16,7 +16,7 @@ from tiny import tiny_trio
 from treegraft.bench import Prompt, ResumeError, load_results, main, run_bench
 from treegraft.bench import prompts as prompt_sets
 from treegraft.bench.methods import accept_lens, chain_size, parse_methods
-from treegraft.bench.store import read_rows, summarize
+from treegraft.bench.store import COLUMNS, read_rows, summarize
 from treegraft.engine import ConfigError, GenConfig
 
 METHODS = ["ar", "assisted", "assisted-weak", "tree-weak", "tree-strong", "treegraft:always", "treegraft:never"]
@@ -529,9 +529,9 @@ def test_sampling_table_compares_rates_not_walls(tmp_path, capsys):
                  "strong_calls": 0} for p in ("a", "b")]
         rows += [{"prompt_id": p, "method": "treegraft:learned", "new_tokens": tokens, "target_forwards": forwards,
                   "wall_s": 1.0, "strong_calls": 2} for p in ("a", "b")]
-        pd.DataFrame(rows).to_csv(d / "results.csv", index=False)
+        pd.DataFrame(rows, columns=COLUMNS).to_csv(d / "results.csv", index=False)
     (tmp_path / "t0" / "alone").mkdir()
-    pd.DataFrame(rows).to_csv(tmp_path / "t0" / "alone" / "results.csv", index=False)
+    pd.DataFrame(rows, columns=COLUMNS).to_csv(tmp_path / "t0" / "alone" / "results.csv", index=False)
     assert mod.main([str(tmp_path / "t10"), str(tmp_path / "t0")]) == 0
     out = capsys.readouterr().out
     assert "| method | T = 0: tau / x ar | T = 1: tau / x ar |" in out
