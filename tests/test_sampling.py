@@ -44,7 +44,8 @@ def test_accept_sample_reproduces_two_token_joint():
         for t in (1, 2):
             tree.add(parent, t, -2.0, "graft")
     selected = list(range(len(tree)))
-    probs = target_probs(torch.randn(len(selected) + 1, vocab, generator=g) * 1.5, 1.0)
+    logits = torch.randn(len(selected) + 1, vocab, generator=g) * 1.5
+    probs = target_probs(logits, 1.0)
     # The target's distribution after a non-tree token is unknown to the tree; give it one too.
     after = target_probs(torch.randn(vocab, vocab, generator=g), 1.0)
     row = {tree.nodes[i].token: 1 + j for j, i in enumerate(selected) if tree.nodes[i].parent == ROOT}
@@ -54,7 +55,7 @@ def test_accept_sample_reproduces_two_token_joint():
         expected[(t1, t2)] = float(probs[0, t1] * p2)
     counts, n = {}, 20000
     for _ in range(n):
-        path, bonus = accept_sample(tree, selected, probs, g)
+        path, bonus = accept_sample(tree, selected, logits, g, 1.0)
         toks = [tree.nodes[i].token for i in path] + [bonus]
         if len(toks) == 1:  # the first token left the tree: draw the second from the target
             toks.append(int(torch.multinomial(after[toks[0]], 1, generator=g)))

@@ -1,5 +1,6 @@
 """Property tests on random trees: selection and acceptance."""
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -79,8 +80,9 @@ def test_greedy_acceptance_follows_argmax(tree, budget, seed):
 def test_sampled_acceptance_is_a_selected_chain_and_bonus_has_mass(tree, budget, seed):
     selected = select(tree, budget, 10)
     g = torch.Generator().manual_seed(seed)
-    probs = target_probs(torch.randn(len(selected) + 1, VOCAB, generator=g), 0.7, 0.9)
-    path, bonus = accept_sample(tree, selected, probs, g)
+    logits = torch.randn(len(selected) + 1, VOCAB, generator=g)
+    probs = target_probs(logits, 0.7, 0.9)
+    path, bonus = accept_sample(tree, selected, logits, g, 0.7, 0.9)
     row = {ROOT: 0} | {i: 1 + j for j, i in enumerate(selected)}
     node = ROOT
     for i in path:
@@ -94,6 +96,29 @@ def test_sampled_acceptance_is_a_selected_chain_and_bonus_has_mass(tree, budget,
 def test_top_p_keeps_the_nucleus():
     probs = target_probs(torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])), 1.0, 0.8)
     assert torch.allclose(probs, torch.tensor([[0.625, 0.375, 0.0, 0.0]]))
+
+
+def sorted_nucleus(probs, top_p):
+    """The whole-row sort the nucleus used to be, as the reference."""
+    sorted_p, order = probs.sort(dim=-1, descending=True)
+    sorted_p = sorted_p.masked_fill(sorted_p.cumsum(-1) - sorted_p >= top_p, 0.0)
+    out = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+    return out / out.sum(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("scale,look,whole_sort", [(8.0, 1024, False), (0.05, 1024, True), (8.0, 8, True)])
+def test_nucleus_from_the_top_rows_equals_a_whole_row_sort(scale, look, whole_sort):
+    """Sharp rows keep their nucleus within the top `look`; flat ones (and a tiny `look`) need the
+    whole sort. Either way the kept set and its weights are the whole-row sort's."""
+    from treegraft.verify import nucleus
+    g = torch.Generator().manual_seed(3)
+    probs = torch.softmax(torch.randn(5, 20000, generator=g) * scale, dim=-1)
+    for top_p in (0.5, 0.9, 0.99):
+        fast, ref = nucleus(probs, top_p, look), sorted_nucleus(probs, top_p)
+        assert torch.equal(fast > 0, ref > 0)
+        assert torch.allclose(fast, ref, rtol=1e-6, atol=0)
+    # Both branches are exercised: some row's nucleus at 0.99 is wider than `look`, or none is.
+    assert bool(((sorted_nucleus(probs, 0.99) > 0).sum(-1) > look).any()) == whole_sort
 
 
 def test_proposals_are_each_rows_top_k_above_its_floor():

@@ -21,7 +21,7 @@ from .record import StepRecord
 from .schedule import Decision, History, Policy, features, make_policy, scheduler_for
 from .tree import DraftTree, select
 from .vocab import admit
-from .verify import accept_greedy, accept_sample, path_confidence, target_probs
+from .verify import accept_greedy, accept_sample, path_confidence
 
 METHODS = ("ar", "tree-weak", "tree-strong", "treegraft")
 LIMITS = {"budget": (1, 512), "depth": (1, 32), "topk": (1, 64), "max_new_tokens": (1, 100_000)}
@@ -275,8 +275,7 @@ class Engine:
     def accept(self, tree, selected, logits):
         if self.cfg.temperature == 0:
             return accept_greedy(tree, selected, logits)
-        probs = target_probs(logits, self.cfg.temperature, self.cfg.top_p)
-        return accept_sample(tree, selected, probs, self.generator)
+        return accept_sample(tree, selected, logits, self.generator, self.cfg.temperature, self.cfg.top_p)
 
     def confidence(self, logits: torch.Tensor, selected: list[int], path: list[int]) -> list[float]:
         """The target's sureness along the accepted path, for the scheduler's next decision (so only
