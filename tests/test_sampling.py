@@ -100,3 +100,47 @@ def test_engine_sampling_keeps_the_target_distribution(method, kw):
         key = tuple(engine.new_tokens)
         counts[key] = counts.get(key, 0) + 1
     assert chi2_pvalue(counts, expected, n) > 1e-3
+
+
+def test_real_trees_sample_the_target_own_distribution(default_trio, chat_ids):
+    """The default trio builds a real merged tree (distilled weak drafter, a feature drafter that reads
+    the target, cut heads, grafted and recovered nodes) and the target verifies it in one forward
+    under the tree mask. Resampling that one step's acceptance, each emitted token sequence (accepted
+    path + bonus) must come out as often as the target's own plain decoding gives it, token by token:
+    p(t1) p(t2 | t1) ..., each p from a separate forward without a tree."""
+    temperature, top_p = 0.7, 0.9
+    prompt = chat_ids("Name a fruit.")
+    engine = Engine(default_trio, GenConfig(method="treegraft", policy="always", budget=8, depth=4,
+                                            max_new_tokens=1, temperature=temperature, top_p=top_p))
+    seen = []
+    accept = engine.accept
+    engine.accept = lambda tree, selected, logits: seen.append((tree, selected, logits)) or accept(tree, selected, logits)
+    list(engine.generate(prompt))
+    tree, selected, logits = seen[0]
+    depth = {i: tree.nodes[i].depth for i in selected}
+    assert len(selected) == 8 and max(depth.values()) >= 2, depth
+    assert {tree.nodes[i].origin for i in selected} - {"weak"}, "the strong drafter changed nothing"
+
+    kids = {}
+    for i in selected:
+        kids.setdefault(tree.nodes[i].parent, {})[tree.nodes[i].token] = i
+    expected = {}
+
+    def expect(node: int, prefix: tuple, mass: float):
+        with torch.inference_mode():
+            plain = default_trio.target(input_ids=ids(prompt + list(prefix))).logits[0, -1]
+        p = target_probs(plain, temperature, top_p)
+        for t in torch.nonzero(p).flatten().tolist():
+            if t in kids.get(node, {}):
+                expect(kids[node][t], prefix + (t,), mass * float(p[t]))
+            else:
+                expected[prefix + (t,)] = mass * float(p[t])
+    expect(ROOT, (), 1.0)
+
+    g, n, counts = torch.Generator().manual_seed(0), 4000, {}
+    for _ in range(n):
+        path, bonus = accept_sample(tree, selected, logits, g, temperature, top_p)
+        key = tuple(tree.nodes[i].token for i in path) + (bonus,)
+        counts[key] = counts.get(key, 0) + 1
+    assert sum(v for k, v in counts.items() if len(k) > 1) > n / 4  # the tree is accepted into, often
+    assert chi2_pvalue(counts, expected, n) > 1e-3
