@@ -96,3 +96,16 @@ def test_bad_method_specs_exit_2_before_loading_models(capsys, argv, message):
     rc = main(argv)
     err = capsys.readouterr().err
     assert rc == 2 and message in err and "Traceback" not in err
+
+
+def test_library_defaults_are_the_cli_defaults():
+    """`treegraft.generate` and `GenConfig.defaults()` run what `python -m treegraft generate` runs
+    with no options (auto budget, the shipped policy), and a number given as the budget fixes it."""
+    from treegraft.cli import build_parser
+    from treegraft.engine import GenConfig
+    from treegraft.options import gen_config
+    a = build_parser().parse_args(["generate", "--prompt", "hi"])
+    assert GenConfig.defaults() == gen_config(a, "treegraft")
+    assert GenConfig.defaults().auto_budget and not GenConfig().auto_budget
+    a = build_parser().parse_args(["generate", "--prompt", "hi", "--budget", "16", "--policy", "never"])
+    assert GenConfig.defaults(budget=16, policy="never") == gen_config(a, "treegraft")

@@ -16,8 +16,9 @@ from .record import StepRecord
 
 
 def generate(trio: Trio, prompt_ids: list[int], **settings) -> tuple[list[int], list[StepRecord]]:
-    """Run one prompt to the end; returns (new token ids, step records)."""
-    engine = Engine(trio, GenConfig(**settings))
+    """Run one prompt to the end with the CLI's defaults (GenConfig.defaults) and any GenConfig field
+    in `settings`; returns (new token ids, step records)."""
+    engine = Engine(trio, GenConfig.defaults(**settings))
     records = list(engine.generate(prompt_ids))
     return engine.new_tokens, records
 

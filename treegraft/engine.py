@@ -18,7 +18,7 @@ from .graft import GraftConfig, recover, reselect, rescore, graft
 from .kv import make_runner
 from .models import Trio, sync
 from .record import StepRecord
-from .schedule import Decision, History, Policy, features, make_policy, scheduler_for
+from .schedule import Decision, History, Policy, default_policy, features, make_policy, scheduler_for
 from .tree import DraftTree, select
 from .vocab import admit
 from .verify import accept_greedy, accept_sample, path_confidence
@@ -31,8 +31,13 @@ class ConfigError(ValueError):
     """A generation setting or prompt is out of range; the message names it and the range."""
 
 
+AUTO_CAP = 64  # the most nodes `--budget auto` may send
+
+
 @dataclass
 class GenConfig:
+    """One generation's settings. The field defaults are a plain fixed tree (N = 32, `always`) that
+    the tests pin down; `GenConfig.defaults()` is what the CLI, the bench and `treegraft.generate` run."""
     method: str = "treegraft"
     max_new_tokens: int = 128
     budget: int = 32                  # N; with auto_budget the most N may be
@@ -51,6 +56,15 @@ class GenConfig:
     graft: GraftConfig = field(default_factory=GraftConfig)
     calibrate: bool = False           # score nodes by measured acceptance rates (treegraft.calibrate)
     record_stages: bool = True        # keep per-stage snapshots of the tree (the app replays them)
+
+    @classmethod
+    def defaults(cls, **settings) -> GenConfig:
+        """The settings `python -m treegraft generate` runs with no options: `--budget auto` (at most
+        AUTO_CAP nodes, chosen per step from this machine's cost curve) and the shipped scheduler's
+        policy. A fixed tree of 32 runs slower than plain decoding on a 2-core CPU, where the tree
+        that pays holds 3-6 nodes. A `budget` given without `auto_budget` is a fixed one, as on the CLI."""
+        base = dict(budget=AUTO_CAP, auto_budget="budget" not in settings, policy=default_policy())
+        return cls(**(base | settings))
 
     def check(self) -> None:
         if self.method not in METHODS:

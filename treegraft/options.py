@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from .engine import ConfigError, GenConfig
+from .engine import AUTO_CAP, ConfigError, GenConfig
 from .fastpath import KERNELS
 from .models import INT8_ROLES, Trio, load_trio
 from .trios import TRIOS, draft_vocab_defaults
@@ -73,9 +73,6 @@ def add_tree_args(p: argparse.ArgumentParser) -> None:
                         "log-probability at that depth (treegraft.calibrate), not by the log-probability itself")
     for f in dataclasses.fields(GraftConfig):  # --rescore-m, --recover-k, --graft-g, ... --blend
         g.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default, help=f.metadata["help"])
-
-
-AUTO_CAP = 64  # the most nodes `--budget auto` may send
 
 
 def budget_arg(text: str) -> int | str:
