@@ -13,6 +13,12 @@ from .kv import Runner
 from .tree import ROOT, DraftTree
 
 
+def drafter_logp(runner: Runner, logits: torch.Tensor) -> torch.Tensor:
+    """A drafter's log-probabilities, at its score temperature (1 unless GenConfig.temper)."""
+    t = getattr(runner, "score_temperature", 1.0)
+    return torch.log_softmax(logits if t == 1.0 else logits.float() / t, dim=-1)
+
+
 def proposals(logp: torch.Tensor, k: int) -> list[list[tuple[float, int]]]:
     """Per row of `logp` [R, V]: its top-k (log-prob, token), best first, above the row's floor.
     Tokens at the floor are no proposal (a prompt-lookup row puts every unseen token there, a cut head
@@ -37,7 +43,7 @@ def add_children(tree: DraftTree, parent: int, proposed: list[tuple[float, int]]
 def expand(runner: Runner, tree: DraftTree, parents: list[int], root_pos: int, k: int,
            origin: str, role: str) -> torch.Tensor:
     """One batched drafter forward over `parents`; returns their log-probs [len(parents), V]."""
-    logp = torch.log_softmax(runner.forward_nodes(tree, parents, root_pos), dim=-1)
+    logp = drafter_logp(runner, runner.forward_nodes(tree, parents, root_pos))
     for row, (i, proposed) in enumerate(zip(parents, proposals(logp, k))):
         tree.nodes[i].expanded_by = role
         tree.rows[role][i] = logp[row]
@@ -54,7 +60,7 @@ def draft_tree(runner: Runner, seq: list[int], depth: int, topk: int, width: int
     width = width or topk
     tree = DraftTree(scale=scale)
     root_pos = len(seq) - 1
-    root_logp = torch.log_softmax(runner.catch_up(seq)[0], dim=-1)
+    root_logp = drafter_logp(runner, runner.catch_up(seq)[0])
     tree.rows[role][ROOT] = root_logp
     add_children(tree, ROOT, proposals(root_logp[None], topk)[0], origin, role)
     forwards = 1

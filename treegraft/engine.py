@@ -55,6 +55,7 @@ class GenConfig:
     scheduler_path: str | None = None
     graft: GraftConfig = field(default_factory=GraftConfig)
     calibrate: bool = False           # score nodes by measured acceptance rates (treegraft.calibrate)
+    temper: bool = False              # under sampling, neural drafters score at the target's temperature
     record_stages: bool = True        # keep per-stage snapshots of the tree (the app replays them)
 
     @classmethod
@@ -134,6 +135,11 @@ class Engine:
         # The scheduler weighs seconds on this device: it reads the same measured curve, fixed budget or not.
         weighs = cfg.method == "treegraft" and cfg.policy in ("learned", "oracle")
         self.cost_curve = LiveCurve(target_curve(trio)) if self.curve is None and weighs else self.curve
+        # Sampling at T accepts a path with the product of p_T along it, which q_T estimates; a measured
+        # hit rate (prompt lookup) is already on the acceptance scale.
+        for r in (self.weak, self.strong):
+            tempered = cfg.temper and cfg.temperature > 0 and not getattr(r.model, "calibrated", False)
+            r.score_temperature = cfg.temperature if tempered else 1.0
         self.calibration = Calibration(skip=tuple(r.name for r in (self.weak, self.strong)
                                                   if getattr(r.model, "calibrated", False)))
         self.seq: list[int] = []

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 
 import torch
 
-from .draft import add_children, proposals
+from .draft import add_children, drafter_logp, proposals
 from .kv import Runner
 from .tree import ROOT, DraftTree, select
 
@@ -82,7 +82,7 @@ def rescore(strong: Runner, tree: DraftTree, seq: list[int], cfg: GraftConfig) -
     scored = select(tree, cfg.rescore_m, max_depth=10**6) if cfg.rescore_m > 0 else []
     for n in tree.nodes:
         n.selected = False  # select() marks nodes; here it only picked the rescoring set
-    logp = torch.log_softmax(strong.catch_up(seq, scored, tree), dim=-1)
+    logp = drafter_logp(strong, strong.catch_up(seq, scored, tree))
     rows = {ROOT: logp[0]} | {i: logp[1 + j] for j, i in enumerate(scored)}
     for (parent, lp), floor in zip(rows.items(), logp.amin(dim=-1).tolist()):
         if parent != ROOT:
@@ -133,7 +133,7 @@ def graft(strong: Runner, tree: DraftTree, points: list[int], root_pos: int, cfg
         frontier = [i for i in frontier if tree.nodes[i].depth < max_depth]
         if not frontier or (more is not None and not more(tree, frontier)):
             break
-        logp = torch.log_softmax(strong.forward_nodes(tree, frontier, root_pos), dim=-1)
+        logp = drafter_logp(strong, strong.forward_nodes(tree, frontier, root_pos))
         forwards += 1
         level = []
         floors = logp.amin(dim=-1).tolist()

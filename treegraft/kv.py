@@ -61,6 +61,7 @@ class Runner:
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.forwards = 0          # model calls: lets tests prove a decision costs no forward
+        self.score_temperature = 1.0  # a drafter's logits are divided by it before scoring (GenConfig.temper)
         self.context = 0           # the most tokens of the first sequence it reads (0: all): limit_context
         self.reset()
 

@@ -71,6 +71,9 @@ def add_tree_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--calibrate", action=argparse.BooleanOptionalAction, default=d.calibrate,
                    help="score tree nodes by the acceptance rate measured on this generation for the drafter's "
                         "log-probability at that depth (treegraft.calibrate), not by the log-probability itself")
+    g.add_argument("--temper", action=argparse.BooleanOptionalAction, default=d.temper,
+                   help="under sampling, score the neural drafters' nodes at the sampling temperature "
+                        "(a path is accepted with the product of the target's tempered probabilities)")
     for f in dataclasses.fields(GraftConfig):  # --rescore-m, --recover-k, --graft-g, ... --blend
         g.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default, help=f.metadata["help"])
 
@@ -91,7 +94,7 @@ def gen_config(a, method: str) -> GenConfig:
                     auto_budget=auto, depth=a.depth,
                     topk=a.topk, width=a.width, temperature=a.temperature, top_p=a.top_p, seed=a.seed,
                     policy=a.policy or default_policy(), every_k=a.every_k, unsure=a.unsure, sure=a.sure, scheduler_path=a.scheduler,
-                    calibrate=a.calibrate,
+                    calibrate=a.calibrate, temper=getattr(a, "temper", False),
                     graft=GraftConfig(**{f.name: getattr(a, f.name) for f in dataclasses.fields(GraftConfig)}))
     cfg.check()
     return cfg

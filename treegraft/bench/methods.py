@@ -97,7 +97,7 @@ def parse_name(name: str, default_policy: str) -> Method:
                       f"[knob=value,...] (GraftConfig knobs)")
 
 
-TREE_KNOBS = ("budget", "depth", "topk", "width", "calibrate", "unsure", "sure")
+TREE_KNOBS = ("budget", "depth", "topk", "width", "calibrate", "temper", "unsure", "sure")
 
 
 def parse_knobs(spec: str, text: str) -> tuple[dict, dict]:
@@ -130,10 +130,10 @@ def parse_knobs(spec: str, text: str) -> tuple[dict, dict]:
 def _tree_knob(spec: str, key: str, val: str) -> dict:
     if key == "budget" and val == "auto":
         return {"budget": AUTO_CAP, "auto_budget": True}
-    if key == "calibrate":
+    if key in ("calibrate", "temper"):
         if val not in ("0", "1"):
-            raise ConfigError(f"{spec!r}: calibrate takes 0 or 1, got {val!r}")
-        return {"calibrate": val == "1"}
+            raise ConfigError(f"{spec!r}: {key} takes 0 or 1, got {val!r}")
+        return {key: val == "1"}
     if key in ("unsure", "sure"):
         try:
             return {key: float(val)}
