@@ -144,3 +144,24 @@ def test_real_trees_sample_the_target_own_distribution(default_trio, chat_ids):
         counts[key] = counts.get(key, 0) + 1
     assert sum(v for k, v in counts.items() if len(k) > 1) > n / 4  # the tree is accepted into, often
     assert chi2_pvalue(counts, expected, n) > 1e-3
+
+
+def test_temper_scores_neural_drafters_at_the_sampling_temperature():
+    """--temper divides a neural drafter's logits by the sampling temperature before scoring; prompt
+    lookup's hit rates and every greedy run are left on their own scale."""
+    trio = tiny_trio("perturbed", "ngram", vocab=12, sharpen=1.5)
+    prompt = [1, 4, 2, 7, 1, 4]
+    runs = {}
+    for temper, temperature in ((False, 0.5), (True, 0.5), (True, 0.0)):
+        engine = Engine(trio, GenConfig(method="treegraft", policy="always", max_new_tokens=1, budget=10,
+                                        depth=2, topk=3, temper=temper, temperature=temperature))
+        records = list(engine.generate(prompt))
+        assert engine.strong.score_temperature == 1.0  # the n-gram drafter
+        assert engine.weak.score_temperature == (0.5 if temper and temperature else 1.0)
+        runs[temper, temperature] = next(s["nodes"] for s in records[0].stages if s["name"] == "weak pool")
+    with torch.inference_mode():
+        logits = trio.weak(input_ids=ids(prompt)).logits[0, -1]
+    for key, t in (((False, 0.5), 1.0), ((True, 0.5), 0.5), ((True, 0.0), 1.0)):
+        roots = [n for n in runs[key] if n["parent"] == ROOT]
+        want = torch.log_softmax(logits / t, dim=-1)
+        assert roots and all(abs(n["weak_logp"] - float(want[n["token"]])) < 1e-5 for n in roots), key
