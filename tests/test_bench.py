@@ -3,6 +3,7 @@ exactly once, a torn last line is dropped, summary.csv is what results.csv impli
 greedy output equals ar's, and a missing prompt-set package says how to install it."""
 
 import csv
+import dataclasses
 import importlib.util
 import json
 import re
@@ -305,7 +306,17 @@ def test_assisted_refuses_a_feature_drafter_with_a_clear_message(tmp_path):
     trio = tiny_trio("perturbed", "features")
     with pytest.raises(ConfigError, match="hidden states"):
         run_bench(trio, PROMPTS[:1], ["ar", "assisted"], CFG, tmp_path, warmup=False)
-    run_bench(trio, PROMPTS[:1], ["ar", "tree-strong"], CFG, tmp_path / "ok", warmup=False)
+    assert not list(tmp_path.iterdir())  # nothing written: the corrected command runs in the same place
+    run_bench(trio, PROMPTS[:1], ["ar", "tree-strong"], CFG, tmp_path, warmup=False)
+
+
+def test_a_method_refused_by_its_settings_writes_nothing(trio, tmp_path):
+    sampled = dataclasses.replace(CFG, temperature=0.7)
+    with pytest.raises(ConfigError, match="greedy only"):
+        run_bench(trio, PROMPTS[:1], ["ar", "treegraft:oracle"], sampled, tmp_path, warmup=False)
+    assert not list(tmp_path.iterdir())
+    df = run_bench(trio, PROMPTS[:1], ["ar", "treegraft:always"], sampled, tmp_path, warmup=False)
+    assert list(df["method"]) == ["ar", "treegraft:always"]
 
 
 def test_provenance_markdown_pools_prompts_per_method():

@@ -8,7 +8,7 @@ import torch
 from scipy.stats import chisquare
 
 from tiny import ids, tiny_trio
-from treegraft.engine import Engine, GenConfig
+from treegraft.engine import ConfigError, Engine, GenConfig
 from treegraft.tree import ROOT, DraftTree
 from treegraft.verify import accept_sample, target_probs
 
@@ -165,3 +165,15 @@ def test_temper_scores_neural_drafters_at_the_sampling_temperature():
         roots = [n for n in runs[key] if n["parent"] == ROOT]
         want = torch.log_softmax(logits / t, dim=-1)
         assert roots and all(abs(n["weak_logp"] - float(want[n["token"]])) < 1e-5 for n in roots), key
+
+
+def test_the_oracle_is_greedy_only():
+    """The oracle samples both branches from one random stream and keeps the one that accepted more,
+    so what it emits is not a draw from the target (scripts/oracle_bias.py measures how far). It
+    refuses to sample, with a message; greedy, where both branches emit the same tokens, and every
+    other policy sample as before."""
+    with pytest.raises(ConfigError, match="oracle.*greedy only"):
+        Engine(tiny_trio("perturbed", "copy"), GenConfig(policy="oracle", temperature=0.7))
+    for ok in (GenConfig(policy="oracle"), GenConfig(policy="always", temperature=0.7),
+               GenConfig(method="tree-weak", policy="oracle", temperature=0.7)):
+        ok.check()

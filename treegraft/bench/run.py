@@ -45,6 +45,10 @@ def run_bench(trio: Trio, prompts: list[Prompt], methods: list[str] | str, cfg: 
     ids = {p.id: prompt_ids(trio, p) for p in prompts}
     if len(ids) != len(prompts):
         raise ConfigError("prompt ids must be unique")
+    torch.manual_seed(cfg.seed)
+    # Building every method's runner checks its settings before config.json is written: a refused
+    # method must leave nothing that would make the corrected command's resume refuse this directory.
+    runners = {m.label: make_runner(trio, cfg, m) for m in plan}
     check_config(out, run_config(trio, prompts, ids, plan, cfg, (meta or {}) | ({"repeats": repeats} if repeats > 1 else {})))
     rows = read_rows(out)
     done = {(r["prompt_id"], r["method"]) for r in rows}
@@ -52,8 +56,6 @@ def run_bench(trio: Trio, prompts: list[Prompt], methods: list[str] | str, cfg: 
           for r in rows if r["method"] == "ar"}
     todo = {p.id: [m for m in plan if (p.id, m.label) not in done] for p in prompts}
     total = len(prompts) * len(plan)
-    torch.manual_seed(cfg.seed)
-    runners = {m.label: make_runner(trio, cfg, m) for m in plan}
     if any(todo.values()) and warmup:
         warm_up(trio, cfg, plan, min(ids.values(), key=len))
     finished = total - sum(map(len, todo.values()))
