@@ -22,6 +22,8 @@ from tiny import ids, tiny_trio  # noqa: E402
 from treegraft.engine import Engine, GenConfig  # noqa: E402
 
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 4000
+if n < 1000:  # 96 tokens spread out: fewer draws leave too few cells with 5 expected for the test
+    sys.exit(f"oracle_bias.py: N must be at least 1000, got {n}")
 policies = sys.argv[2:] or ["oracle", "always"]
 GenConfig.check = lambda self: None  # the refusal under test; nothing else is changed
 trio = tiny_trio("random", "copy", sharpen=1.5)
