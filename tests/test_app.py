@@ -225,6 +225,15 @@ def test_bad_input_shows_a_specific_error(widget, key, value, message):
     assert not any("Traceback" in e for e in errors)
 
 
+def test_the_oracle_asked_to_sample_says_why_it_refuses():
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    at.selectbox(key="w_policy").set_value("oracle").run()
+    at.number_input(key="w_temperature").set_value(0.7).run()
+    at.button(key="step").click().run()
+    assert not at.exception
+    assert any("policy 'oracle' is greedy only" in e.value for e in at.error), [e.value for e in at.error]
+
+
 def test_benchmarks_page_opens_a_results_directory(tmp_path):
     at = AppTest.from_file(str(ROOT / PAGES[1]), default_timeout=TIMEOUT).run()
     at.text_input(key="bench_dir").set_value(str(tmp_path / "missing")).run()
