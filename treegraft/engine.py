@@ -85,8 +85,8 @@ class GenConfig:
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.method == "treegraft" and self.policy == "oracle" and self.temperature > 0:
-            # It samples both branches from one random stream and keeps the one that accepted more, so
-            # what it emits leans to the tokens its trees hold deeper: not the target's distribution.
+            # It samples both branches from one random stream and keeps the one that accepted more: the
+            # branch kept depends on the draw, so what it emits is not a draw from the target.
             raise ConfigError("policy 'oracle' is greedy only (temperature 0): it keeps whichever of two sampled "
                               "branches accepted more, which skews the sample; choose another policy to sample")
         try:
