@@ -811,3 +811,13 @@ def test_call_replay_scores_each_rule_on_the_branch_it_picks(tmp_path):
         mod.load(path)
     with pytest.raises(SystemExit, match="no such file"):
         mod.load(tmp_path / "missing.jsonl")
+
+
+def test_collect_refuses_to_sample_before_it_loads_or_writes_anything(tmp_path, capsys):
+    """Collection runs the oracle, which is greedy only: asked to sample it stops at once, with the
+    oracle's message, before a model loads or its --out directory exists."""
+    from treegraft.cli import main
+    out = tmp_path / "runs" / "collect.jsonl"
+    assert main(["scheduler", "collect", "--temperature", "0.7", "--target", "/no/such/model", "--out", str(out)]) == 2
+    assert "policy 'oracle' is greedy only" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()

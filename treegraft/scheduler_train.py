@@ -471,15 +471,15 @@ def held_prompts(per_suite: int, offset: int, suites: str):
 
 
 def cmd_collect(a) -> int:
+    a.policy = "oracle"
+    cfg = gen_config(a, "treegraft")  # settings it refuses (the oracle samples nothing) fail before any load
+    cfg.record_stages = False
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     done = set()
     if out.exists():  # resume: a prompt's rows are written together, so a prompt is done or absent
         done = {json.loads(line)["prompt_id"] for line in out.read_text().splitlines() if line.strip()}
     trio = trio_from_args(a)
-    a.policy = "oracle"
-    cfg = gen_config(a, "treegraft")
-    cfg.record_stages = False
     prompts = held_prompts(a.per_suite, a.offset, a.suites)
     for i, p in enumerate(prompts):
         if p.id in done:
