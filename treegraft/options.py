@@ -73,7 +73,8 @@ def add_tree_args(p: argparse.ArgumentParser) -> None:
                         "log-probability at that depth (treegraft.calibrate), not by the log-probability itself")
     g.add_argument("--temper", action=argparse.BooleanOptionalAction, default=d.temper,
                    help="under sampling, score the neural drafters' nodes at the sampling temperature "
-                        "(a path is accepted with the product of the target's tempered probabilities)")
+                        "(a path is accepted with the product of the target's tempered probabilities); off by default: "
+                        "measured, it does not pay (README); no effect when greedy or on prompt lookup")
     for f in dataclasses.fields(GraftConfig):  # --rescore-m, --recover-k, --graft-g, ... --blend
         g.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default, help=f.metadata["help"])
 
