@@ -472,7 +472,7 @@ def held_prompts(per_suite: int, offset: int, suites: str):
 
 def cmd_collect(a) -> int:
     a.policy = "oracle"
-    cfg = gen_config(a, "treegraft")  # settings it refuses (the oracle samples nothing) fail before any load
+    cfg = gen_config(a, "treegraft")  # refused settings (the oracle is greedy only) fail before any load
     cfg.record_stages = False
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
